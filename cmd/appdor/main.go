@@ -1,0 +1,21 @@
+// Command appdor runs Appdor, a self-hosted spreadsheet-database, and
+// administers it: serve, migrate, realm, user, token, version.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "appdor:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/appdor/appdor/migrations"
+	"github.com/appdor/appdor/server"
+	"github.com/appdor/appdor/tenancy"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func run(ctx context.Context, args []string) error {
+	root := &cobra.Command{
+		Use:           "appdor",
+		Short:         "Appdor: a self-hosted spreadsheet-database",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	for _, s := range connSettings {
+		s.register(root.PersistentFlags())
+	}
+	root.AddCommand(serveCmd(), migrateCmd(), realmCmd(), userCmd(), tokenCmd(), versionCmd())
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}
+
+func serveCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Migrate the database and serve the API and the grid",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := serverConfig(cmd)
+			if err != nil {
+				return err
+			}
+			level, err := logLevel(cmd)
+			if err != nil {
+				return err
+			}
+			log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
+			app, err := server.New(cmd.Context(), cfg, log)
+			if err != nil {
+				return explain(err)
+			}
+			defer app.Close()
+			return app.Serve(cmd.Context())
+		},
+	}
+	for _, s := range serveSettings {
+		s.register(cmd.Flags())
+	}
+	return cmd
+}
+
+func migrateCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "migrate", Short: "Apply, revert or show the schema's migrations"}
+	open := func(cmd *cobra.Command) (*migrations.Migrator, error) {
+		url := str(cmd, sDatabaseURL)
+		m, err := migrations.Open(cmd.Context(), url)
+		if err != nil {
+			return nil, configError(sDatabaseURL, "cannot reach database at %s: %v", server.Redact(url), err)
+		}
+		return m, nil
+	}
+	printVersion := func(m *migrations.Migrator) error {
+		v, dirty, err := m.Version()
+		if err != nil {
+			return err
+		}
+		latest, err := migrations.Latest()
+		if err != nil {
+			return err
+		}
+		return printJSON(map[string]any{"version": v, "dirty": dirty, "latest": latest})
+	}
+	step := func(use, short string, do func(*migrations.Migrator) error) *cobra.Command {
+		return &cobra.Command{
+			Use: use, Short: short, Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				m, err := open(cmd)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				if err := do(m); err != nil {
+					return err
+				}
+				return printVersion(m)
+			},
+		}
+	}
+	cmd.AddCommand(
+		step("up", "Apply every pending migration", (*migrations.Migrator).Up),
+		step("down", "Revert the newest migration", (*migrations.Migrator).Down),
+		step("version", "Print the applied and the latest version", func(*migrations.Migrator) error { return nil }),
+	)
+	return cmd
+}
+
+// withTenancy opens a pool for one admin command.
+func withTenancy(cmd *cobra.Command, fn func(*tenancy.Service) error) error {
+	url := str(cmd, sDatabaseURL)
+	pool, err := pgxpool.New(cmd.Context(), url)
+	if err == nil {
+		err = pool.Ping(cmd.Context())
+	}
+	if err != nil {
+		return configError(sDatabaseURL, "cannot reach database at %s: %v", server.Redact(url), err)
+	}
+	defer pool.Close()
+	return fn(tenancy.New(pool))
+}
+
+func printJSON(v any) error {
+	return json.NewEncoder(os.Stdout).Encode(v)
+}
+
+func realmCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "realm", Short: "Manage realms (tenants)"}
+	cmd.AddCommand(&cobra.Command{
+		Use: "create NAME", Short: "Create a realm and print it as JSON", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withTenancy(cmd, func(s *tenancy.Service) error {
+				r, err := s.CreateRealm(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return printJSON(r)
+			})
+		},
+	})
+	return cmd
+}
+
+func parseID(what, s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(strings.TrimSpace(s))
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("%s %q is not an id", what, s)
+	}
+	return id, nil
+}
+
+func userCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "user", Short: "Manage people"}
+	create := &cobra.Command{
+		Use: "create", Short: "Add a person to a realm with a role and print the membership as JSON", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			realmFlag, _ := cmd.Flags().GetString("realm")
+			realm, err := parseID("--realm", realmFlag)
+			if err != nil {
+				return err
+			}
+			email, _ := cmd.Flags().GetString("email")
+			password, _ := cmd.Flags().GetString("password")
+			roleFlag, _ := cmd.Flags().GetString("role")
+			role, err := tenancy.ParseRole(roleFlag)
+			if err != nil {
+				return err
+			}
+			return withTenancy(cmd, func(s *tenancy.Service) error {
+				m, err := s.CreateUser(cmd.Context(), realm, email, password, role)
+				if err != nil {
+					return err
+				}
+				return printJSON(m)
+			})
+		},
+	}
+	create.Flags().String("realm", "", "realm id")
+	create.Flags().String("email", "", "email address, used to sign in")
+	create.Flags().String("password", "", "password (8 to 72 characters)")
+	create.Flags().String("role", "editor", "owner, editor or viewer")
+	for _, f := range []string{"realm", "email", "password"} {
+		_ = create.MarkFlagRequired(f)
+	}
+	cmd.AddCommand(create)
+	return cmd
+}
+
+func tokenCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Manage API tokens"}
+	create := &cobra.Command{
+		Use: "create", Short: "Create an API token and print it as JSON; the secret is shown this once", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			realmFlag, _ := cmd.Flags().GetString("realm")
+			realm, err := parseID("--realm", realmFlag)
+			if err != nil {
+				return err
+			}
+			email, _ := cmd.Flags().GetString("user")
+			name, _ := cmd.Flags().GetString("name")
+			var rpm *int
+			if cmd.Flags().Changed("requests-per-minute") {
+				s, _ := cmd.Flags().GetString("requests-per-minute")
+				n, err := strconv.Atoi(s)
+				if err != nil || n <= 0 {
+					return fmt.Errorf("--requests-per-minute %q is not a positive number", s)
+				}
+				rpm = &n
+			}
+			return withTenancy(cmd, func(s *tenancy.Service) error {
+				t, secret, err := s.CreateToken(cmd.Context(), realm, email, name, rpm)
+				if err != nil {
+					return err
+				}
+				return printJSON(struct {
+					tenancy.Token
+					Secret string `json:"token"`
+				}{t, secret})
+			})
+		},
+	}
+	create.Flags().String("realm", "", "realm id")
+	create.Flags().String("user", "", "email of the member the token acts as")
+	create.Flags().String("name", "", "a name that says what the token is for")
+	create.Flags().String("requests-per-minute", "", "the token's ceiling (none when absent)")
+	for _, f := range []string{"realm", "user", "name"} {
+		_ = create.MarkFlagRequired(f)
+	}
+	revoke := &cobra.Command{
+		Use: "revoke ID", Short: "Revoke a token and print it as JSON", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID("token", args[0])
+			if err != nil {
+				return err
+			}
+			return withTenancy(cmd, func(s *tenancy.Service) error {
+				t, err := s.RevokeToken(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				return printJSON(t)
+			})
+		},
+	}
+	cmd.AddCommand(create, revoke)
+	return cmd
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "version", Short: "Print the version as JSON", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			latest, err := migrations.Latest()
+			if err != nil {
+				return err
+			}
+			return printJSON(map[string]any{"version": version, "schema": latest})
+		},
+	}
+}

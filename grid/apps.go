@@ -1,0 +1,69 @@
+package grid
+
+import (
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/appdor/appdor"
+)
+
+// App groups a realm's tables.
+type App struct {
+	ID        uuid.UUID `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func checkName(what, name string) (string, error) {
+	name = strings.TrimSpace(name)
+	if name == "" || utf8.RuneCountInString(name) > 200 {
+		return "", appdor.Errorf(appdor.EValidation, "a %s name has 1 to 200 characters", what)
+	}
+	return name, nil
+}
+
+func (h *Handler) createApp(c echo.Context) error {
+	var in struct {
+		Name string `json:"name"`
+	}
+	if err := decode(c, &in); err != nil {
+		return err
+	}
+	name, err := checkName("app", in.Name)
+	if err != nil {
+		return err
+	}
+	ctx, realm := c.Request().Context(), realmOf(c)
+	a := App{Name: name}
+	err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&a.ID, &a.CreatedAt}, func() error { return nil })
+		return err
+	}, `INSERT INTO apps (realm_id, name) VALUES ($1, $2) RETURNING id, created_at`, realm, name)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, a)
+}
+
+func (h *Handler) listApps(c echo.Context) error {
+	ctx, realm := c.Request().Context(), realmOf(c)
+	apps := []App{}
+	err := h.db.Query(ctx, realm, func(rows pgx.Rows) error {
+		var a App
+		_, err := pgx.ForEachRow(rows, []any{&a.ID, &a.Name, &a.CreatedAt}, func() error {
+			apps = append(apps, a)
+			return nil
+		})
+		return err
+	}, `SELECT id, name, created_at FROM apps WHERE realm_id = $1 ORDER BY created_at, id`, realm)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"apps": apps})
+}

@@ -1,0 +1,85 @@
+// Package grid is the spreadsheet domain: apps, tables, typed fields and rows,
+// and their HTTP handlers.
+//
+// Every read and write of realm data goes through rls, so PostgreSQL's
+// row-level security stands behind each query; the queries still say
+// realm_id = $1, because RLS is the wall and the WHERE clause is the habit.
+// grid never imports server, and knows nothing of limiter or fairness.
+package grid
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/appdor/appdor"
+	"github.com/appdor/appdor/rls"
+	"github.com/appdor/appdor/tenancy"
+)
+
+// Handler serves the grid API.
+type Handler struct {
+	db *rls.DB
+}
+
+// New returns a Handler that reaches tenant data through db.
+func New(db *rls.DB) *Handler { return &Handler{db: db} }
+
+// Routes registers the grid API on g, which the server has already put behind
+// authentication, the rate limiter and the fairness controller.
+func (h *Handler) Routes(g *echo.Group) {
+	read := tenancy.Require(tenancy.RoleViewer)
+	write := tenancy.Require(tenancy.RoleEditor)
+
+	g.POST("/apps", h.createApp, write)
+	g.GET("/apps", h.listApps, read)
+	g.POST("/apps/:app/tables", h.createTable, write)
+	g.GET("/apps/:app/tables", h.listTables, read)
+	g.GET("/tables/:table", h.getTable, read)
+	g.POST("/tables/:table/rows", h.createRows, write)
+	g.GET("/tables/:table/rows", h.listRows, read)
+	g.GET("/tables/:table/rows/:row", h.getRow, read)
+}
+
+// realmOf returns the realm the request acts in. The server guarantees a
+// principal on every grid route.
+func realmOf(c echo.Context) uuid.UUID {
+	if p := tenancy.PrincipalOf(c); p != nil {
+		return p.RealmID
+	}
+	return uuid.Nil
+}
+
+// idParam parses a path id. A malformed id names nothing this realm can see,
+// so it is not found rather than a bad request.
+func idParam(c echo.Context, name string) (uuid.UUID, error) {
+	id, err := uuid.Parse(c.Param(name))
+	if err != nil {
+		return uuid.Nil, appdor.Errorf(appdor.ENotFound, "%s %q not found", name, c.Param(name))
+	}
+	return id, nil
+}
+
+// decode reads a JSON body into v, refusing unknown fields and trailing data.
+func decode(c echo.Context, v any) error {
+	dec := json.NewDecoder(c.Request().Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return appdor.Errorf(appdor.ETooLarge, "the request body is larger than %d bytes", mbe.Limit)
+		}
+		if errors.Is(err, io.EOF) {
+			return appdor.Errorf(appdor.EInvalid, "the request body is empty; expected JSON")
+		}
+		return appdor.Errorf(appdor.EInvalid, "the request body is not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return appdor.Errorf(appdor.EInvalid, "the request body has data after its JSON value")
+	}
+	return nil
+}

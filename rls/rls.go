@@ -1,0 +1,195 @@
+// Package rls is the only door to tenant data. It runs work inside a
+// PostgreSQL transaction scoped to one realm: the role switches to
+// appdor_tenant (NOBYPASSRLS, owns nothing), the realm is set for that
+// transaction only, and statement_timeout bounds every statement. Row-level
+// security policies then hide every other realm's rows, whatever the SQL says.
+//
+// The setup never costs a round trip of its own: a single-statement read sends
+// it in one pgx batch with the query (a batch is one implicit transaction), and
+// an explicit transaction sends it with BEGIN.
+//
+// rls must never hand out a connection that is not scoped to a realm, and never
+// let a setting outlive its transaction.
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/appdor/appdor"
+)
+
+// TenantRole is the role every tenant transaction runs as.
+const TenantRole = "appdor_tenant"
+
+// Defaults for DB's time bounds.
+const (
+	DefaultStatementTimeout = 5 * time.Second
+	DefaultAcquireTimeout   = 500 * time.Millisecond
+)
+
+// DB runs realm-scoped work on a pool.
+type DB struct {
+	pool             *pgxpool.Pool
+	statementTimeout time.Duration
+	acquireTimeout   time.Duration
+	setup            string // the setup statement's SQL, with statement_timeout baked in
+}
+
+// New returns a DB over pool. Zero durations take the defaults.
+func New(pool *pgxpool.Pool, statementTimeout, acquireTimeout time.Duration) *DB {
+	if statementTimeout <= 0 {
+		statementTimeout = DefaultStatementTimeout
+	}
+	if acquireTimeout <= 0 {
+		acquireTimeout = DefaultAcquireTimeout
+	}
+	ms := strconv.FormatInt(statementTimeout.Milliseconds(), 10)
+	return &DB{
+		pool:             pool,
+		statementTimeout: statementTimeout,
+		acquireTimeout:   acquireTimeout,
+		setup:            "SELECT set_config('appdor.realm_id', $1, true), set_config('statement_timeout', '" + ms + "', true)",
+	}
+}
+
+// Pool returns the underlying pool, for health checks and metrics.
+func (db *DB) Pool() *pgxpool.Pool { return db.pool }
+
+// acquire takes a connection with a short deadline. A pool that cannot give one
+// in time answers unavailable: refusing in a moment beats a request hanging.
+func (db *DB) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	actx, cancel := context.WithTimeout(ctx, db.acquireTimeout)
+	defer cancel()
+	conn, err := db.pool.Acquire(actx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &appdor.Error{
+			Code:       appdor.EUnavailable,
+			Message:    "the database is busy; retry shortly",
+			RetryAfter: time.Second,
+		}
+	}
+	return conn, nil
+}
+
+// Query runs one statement as realm, in one round trip with the setup, and
+// hands its rows to scan. Use it for reads that need a single statement.
+func (db *DB) Query(ctx context.Context, realm uuid.UUID, scan func(pgx.Rows) error, sql string, args ...any) error {
+	if realm == uuid.Nil {
+		return errors.New("rls: no realm")
+	}
+	conn, err := db.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+
+	b := &pgx.Batch{}
+	b.Queue("SET LOCAL ROLE " + TenantRole)
+	b.Queue(db.setup, realm.String())
+	b.Queue(sql, args...)
+	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return Interpret(err)
+	}
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return Interpret(err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return Interpret(err)
+	}
+	serr := scan(rows)
+	rows.Close()
+	if serr == nil {
+		serr = rows.Err()
+	}
+	cerr := br.Close()
+	if serr != nil {
+		return Interpret(serr)
+	}
+	return Interpret(cerr)
+}
+
+// Tx runs fn in a transaction as realm. BEGIN and the setup travel in one
+// round trip; fn's first statement is the next. The transaction commits when
+// fn returns nil and rolls back otherwise (and on panic).
+func (db *DB) Tx(ctx context.Context, realm uuid.UUID, fn func(pgx.Tx) error) (err error) {
+	if realm == uuid.Nil {
+		return errors.New("rls: no realm")
+	}
+	conn, err := db.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+
+	// A uuid's text form is hex and dashes only, so it is safe to inline: the
+	// simple protocol that lets BEGIN carry the setup takes no parameters.
+	begin := "BEGIN; SET LOCAL ROLE " + TenantRole + "; " +
+		"SELECT set_config('appdor.realm_id', '" + realm.String() + "', true), " +
+		"set_config('statement_timeout', '" + strconv.FormatInt(db.statementTimeout.Milliseconds(), 10) + "', true)"
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
+	if err != nil {
+		return Interpret(err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			panic(p)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err = fn(tx); err != nil {
+		return Interpret(err)
+	}
+	return Interpret(tx.Commit(ctx))
+}
+
+// Interpret turns driver errors into Appdor's coded errors, so no caller needs
+// to import pgx to understand one. Coded errors pass through unchanged; nil
+// stays nil.
+func Interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *appdor.Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return appdor.Errorf(appdor.ENotFound, "not found")
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505": // unique_violation
+			return &appdor.Error{Code: appdor.EConflict, Message: "already exists", Details: map[string]string{"constraint": pgErr.ConstraintName}}
+		case "23503": // foreign_key_violation: a reference to something this realm cannot see
+			return appdor.Errorf(appdor.ENotFound, "a referenced object was not found")
+		case "23514", "22P02", "22003", "22007", "22008": // check, text representation, range, datetime
+			return appdor.Errorf(appdor.EValidation, "invalid value")
+		case "57014": // query_canceled: statement_timeout
+			return &appdor.Error{Code: appdor.EUnavailable, Message: "the query took too long", RetryAfter: time.Second}
+		case "40001", "40P01": // serialization failure, deadlock
+			return &appdor.Error{Code: appdor.EConflict, Message: "concurrent change; retry", RetryAfter: time.Second}
+		}
+	}
+	return fmt.Errorf("database: %w", err)
+}
