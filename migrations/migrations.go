@@ -4,6 +4,8 @@ package migrations
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"embed"
 	"errors"
 	"fmt"
@@ -102,4 +104,17 @@ func Latest() (uint, error) {
 func (m *Migrator) Close() error {
 	serr, derr := m.m.Close()
 	return errors.Join(serr, derr)
+}
+
+// Fingerprint identifies the embedded migrations' exact content, so a test
+// template database built from one set is never used for another.
+func Fingerprint() string {
+	h := sha256.New()
+	entries, _ := files.ReadDir(".")
+	for _, e := range entries {
+		b, _ := files.ReadFile(e.Name())
+		fmt.Fprintf(h, "%s %d\n", e.Name(), len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
 }

@@ -1,0 +1,25 @@
+# Appdor's build and test entry points. `make test` is the one test command:
+# the Go tests (race detector on the concurrent packages) against the local
+# PostgreSQL and Redis, then the storm harness and the browser tests when they
+# exist.
+
+APPDOR_TEST_DATABASE_URL ?= postgres://127.0.0.1:5432/postgres?sslmode=disable
+APPDOR_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+export APPDOR_TEST_DATABASE_URL APPDOR_TEST_REDIS_URL
+
+RACE_PACKAGES := ./limiter/... ./fairness/... ./server/...
+
+.PHONY: build test test-go vet
+
+build:
+	go build -o appdor ./cmd/appdor
+
+vet:
+	go vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+test-go: vet
+	go test -count=1 ./...
+	go test -count=1 -race $(RACE_PACKAGES)
+
+test: test-go

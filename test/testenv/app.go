@@ -1,0 +1,199 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/appdor/appdor/server"
+	"github.com/appdor/appdor/tenancy"
+)
+
+// App is a running Appdor on this binary's database, served over real HTTP.
+type App struct {
+	*server.App
+	URL     string
+	Tenancy *tenancy.Service
+	Config  server.Config
+}
+
+// Config is the configuration tests start Appdor with.
+func Config(t testing.TB) server.Config {
+	return server.Config{
+		Listen:      "127.0.0.1:0",
+		DatabaseURL: DatabaseURL(t),
+		RedisURL:    RedisURL(t),
+		Migrate:     false, // the template is migrated already
+		DBMaxConns:  16,
+		BodyLimit:   "10M",
+		Version:     "test",
+	}
+}
+
+// NewApp starts an Appdor with the test configuration, changed by mutate when
+// given, and stops it when the test ends.
+func NewApp(t testing.TB, mutate func(*server.Config)) *App {
+	t.Helper()
+	cfg := Config(t)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	a, err := server.New(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		a.Close()
+	})
+	return &App{App: a, URL: srv.URL, Tenancy: tenancy.New(Pool(t)), Config: cfg}
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *App
+)
+
+// SharedApp is one Appdor with the default test configuration, shared by the
+// tests of this binary.
+func SharedApp(t testing.TB) *App {
+	t.Helper()
+	sharedOnce.Do(func() {
+		cfg := Config(t)
+		a, err := server.New(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(a.Handler())
+		shared = &App{App: a, URL: srv.URL, Tenancy: tenancy.New(Pool(t)), Config: cfg}
+	})
+	if shared == nil {
+		t.Fatal("the shared app failed to start")
+	}
+	return shared
+}
+
+// Tenant is a realm with one member and an API token for that member.
+type Tenant struct {
+	RealmID  uuid.UUID
+	UserID   uuid.UUID
+	Email    string
+	Password string
+	Role     tenancy.Role
+	TokenID  uuid.UUID
+	Token    string
+}
+
+// NewTenant makes a fresh realm with a member of role and a token; the
+// token's ceiling is rpm when given.
+func (a *App) NewTenant(t testing.TB, role tenancy.Role, rpm *int) Tenant {
+	t.Helper()
+	ctx := context.Background()
+	r, err := a.Tenancy.CreateRealm(ctx, "realm "+uuid.NewString()[:8])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.AddMember(t, r.ID, role, rpm)
+}
+
+// AddMember adds a new person with role to realm, with a token.
+func (a *App) AddMember(t testing.TB, realm uuid.UUID, role tenancy.Role, rpm *int) Tenant {
+	t.Helper()
+	ctx := context.Background()
+	email := fmt.Sprintf("%s@example.test", uuid.NewString()[:12])
+	m, err := a.Tenancy.CreateUser(ctx, realm, email, "correct horse", role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, secret, err := a.Tenancy.CreateToken(ctx, realm, email, "test", rpm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Tenant{RealmID: realm, UserID: m.ID, Email: email, Password: "correct horse", Role: role, TokenID: tok.ID, Token: secret}
+}
+
+// Response is an HTTP answer with its body read.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into v, failing the test when it is not JSON.
+func (r Response) JSON(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("response %d is not JSON: %v: %s", r.Status, err, r.Body)
+	}
+}
+
+// Map decodes the body as a JSON object.
+func (r Response) Map(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	r.JSON(t, &m)
+	return m
+}
+
+// ErrorCode is the error code of an error response, or "".
+func (r Response) ErrorCode(t testing.TB) string {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(r.Body, &e)
+	return e.Error.Code
+}
+
+// Do sends a request with token as bearer (none when empty) and body as JSON
+// (none when nil; a []byte or string is sent as is).
+func (a *App) Do(t testing.TB, method, path, token string, body any) Response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = bytes.NewReader([]byte(b))
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, a.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Response{Status: res.StatusCode, Header: res.Header, Body: b}
+}
