@@ -63,11 +63,11 @@ func scanTable(rows pgx.Rows) (*Table, error) {
 	var t *Table
 	for rows.Next() {
 		var (
-			tt                Table
-			fid               *uuid.UUID
-			fname, ftype      *string
-			foptions          []byte
-			fposition         *int
+			tt           Table
+			fid          *uuid.UUID
+			fname, ftype *string
+			foptions     []byte
+			fposition    *int
 		)
 		if err := rows.Scan(&tt.ID, &tt.AppID, &tt.Name, &tt.CreatedAt, &fid, &fname, &ftype, &foptions, &fposition); err != nil {
 			return nil, err

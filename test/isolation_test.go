@@ -52,9 +52,9 @@ func TestIsolationThroughAPI(t *testing.T) {
 	sb := seed(t, app, b.Token, 3)
 
 	for _, dir := range []struct {
-		name   string
+		name     string
 		intruder string
-		victim seeded
+		victim   seeded
 	}{{"B on A", b.Token, sa}, {"A on B", a.Token, sb}} {
 		t.Run(dir.name, func(t *testing.T) {
 			v := dir.victim
