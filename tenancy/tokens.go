@@ -1,0 +1,43 @@
+package tenancy
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/appdor/appdor/rls"
+)
+
+// LookupToken finds the live token with this secret: its realm, its member's
+// role and its ceilings, in one query. A revoked or unknown token is
+// unauthorized.
+func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, error) {
+	if !strings.HasPrefix(secret, tokenPrefix) || len(secret) > 100 {
+		return nil, errUnauthorized
+	}
+	p := &Principal{}
+	var tokenRPM, realmRPM *int
+	err := s.pool.QueryRow(ctx,
+		`SELECT t.id, t.realm_id, t.user_id, m.role, l.requests_per_minute, r.requests_per_minute
+		 FROM api_tokens t
+		 JOIN memberships m ON m.realm_id = t.realm_id AND m.user_id = t.user_id
+		 JOIN realms r ON r.id = t.realm_id
+		 LEFT JOIN token_limits l ON l.realm_id = t.realm_id AND l.token_id = t.id
+		 WHERE t.hash = $1 AND t.revoked_at IS NULL`, hashSecret(secret)).
+		Scan(&p.TokenID, &p.RealmID, &p.UserID, &p.Role, &tokenRPM, &realmRPM)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errUnauthorized
+	}
+	if err != nil {
+		return nil, rls.Interpret(err)
+	}
+	if tokenRPM != nil {
+		p.TokenRPM = *tokenRPM
+	}
+	if realmRPM != nil {
+		p.RealmRPM = *realmRPM
+	}
+	return p, nil
+}
