@@ -219,8 +219,14 @@ func (a *App) routes() {
 	e.GET("/readyz", a.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{})))
 
-	api := e.Group("/api/v1", a.tenancy.Authenticate())
-	grid.New(a.db).Routes(api)
+	// Public API routes (sign-in) go on v1; everything else on api, which
+	// passes the gates in this order. Every route on api reads or writes
+	// realm data, or a realm's people and tokens.
+	v1 := e.Group("/api/v1")
+	api := v1.Group("", a.tenancy.Authenticate())
+
+	gh := grid.New(a.db)
+	gh.Routes(api)
 }
 
 // Handler is the application as an http.Handler, for tests.
