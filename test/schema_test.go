@@ -144,7 +144,7 @@ func TestIsolationInSQL(t *testing.T) {
 }
 
 // TestSettingDoesNotOutliveTransaction: on a pooled connection that has run
-// a tenant transaction, the setting reads '' afterwards and the tenant role
+// a tenant transaction, the setting reads ” afterwards and the tenant role
 // sees nothing: the policy fails closed, not with a cast error.
 func TestSettingDoesNotOutliveTransaction(t *testing.T) {
 	t.Parallel()
