@@ -49,7 +49,9 @@ var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBo
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
-	return fmt.Errorf("%s (--%s): %s", s.env, s.flag, fmt.Sprintf(format, args...))
+	// Driver errors span lines; the message a person reads is one.
+	msg := strings.Join(strings.Fields(fmt.Sprintf(format, args...)), " ")
+	return fmt.Errorf("%s (--%s): %s", s.env, s.flag, msg)
 }
 
 func str(cmd *cobra.Command, s setting) string {

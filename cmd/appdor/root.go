@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -21,7 +22,7 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-func run(ctx context.Context, args []string) error {
+func run(ctx context.Context, args []string, stdout io.Writer) error {
 	root := &cobra.Command{
 		Use:           "appdor",
 		Short:         "Appdor: a self-hosted spreadsheet-database",
@@ -33,6 +34,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	root.AddCommand(serveCmd(), migrateCmd(), realmCmd(), userCmd(), tokenCmd(), versionCmd())
 	root.SetArgs(args)
+	root.SetOut(stdout)
 	return root.ExecuteContext(ctx)
 }
 
@@ -75,7 +77,7 @@ func migrateCmd() *cobra.Command {
 		}
 		return m, nil
 	}
-	printVersion := func(m *migrations.Migrator) error {
+	printVersion := func(cmd *cobra.Command, m *migrations.Migrator) error {
 		v, dirty, err := m.Version()
 		if err != nil {
 			return err
@@ -84,7 +86,7 @@ func migrateCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return printJSON(map[string]any{"version": v, "dirty": dirty, "latest": latest})
+		return printJSON(cmd, map[string]any{"version": v, "dirty": dirty, "latest": latest})
 	}
 	step := func(use, short string, do func(*migrations.Migrator) error) *cobra.Command {
 		return &cobra.Command{
@@ -98,7 +100,7 @@ func migrateCmd() *cobra.Command {
 				if err := do(m); err != nil {
 					return err
 				}
-				return printVersion(m)
+				return printVersion(cmd, m)
 			},
 		}
 	}
@@ -124,8 +126,10 @@ func withTenancy(cmd *cobra.Command, fn func(*tenancy.Service) error) error {
 	return fn(tenancy.New(pool))
 }
 
-func printJSON(v any) error {
-	return json.NewEncoder(os.Stdout).Encode(v)
+// printJSON writes v as one line of JSON, so a script can read what an
+// admin command made.
+func printJSON(cmd *cobra.Command, v any) error {
+	return json.NewEncoder(cmd.OutOrStdout()).Encode(v)
 }
 
 func realmCmd() *cobra.Command {
@@ -138,7 +142,7 @@ func realmCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printJSON(r)
+				return printJSON(cmd, r)
 			})
 		},
 	})
@@ -175,7 +179,7 @@ func userCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printJSON(m)
+				return printJSON(cmd, m)
 			})
 		},
 	}
@@ -216,7 +220,7 @@ func tokenCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printJSON(struct {
+				return printJSON(cmd, struct {
 					tenancy.Token
 					Secret string `json:"token"`
 				}{t, secret})
@@ -242,7 +246,7 @@ func tokenCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printJSON(t)
+				return printJSON(cmd, t)
 			})
 		},
 	}
@@ -258,7 +262,7 @@ func versionCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(map[string]any{"version": version, "schema": latest})
+			return printJSON(cmd, map[string]any{"version": version, "schema": latest})
 		},
 	}
 }

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/appdor/appdor/test/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// cli runs one appdor command against the test database and decodes its one
+// line of JSON.
+func cli(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	var out bytes.Buffer
+	args = append(args, "--database-url", testenv.DatabaseURL(t))
+	require.NoError(t, run(t.Context(), args, &out), strings.Join(args, " "))
+	require.Equal(t, 1, strings.Count(out.String(), "\n"), "one line of JSON: %q", out.String())
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(out.Bytes(), &v))
+	return v
+}
+
+func TestAdminCommandsPrintOneJSONObject(t *testing.T) {
+	realm := cli(t, "realm", "create", "Finance")
+	require.Equal(t, "Finance", realm["name"])
+	realmID := realm["id"].(string)
+
+	user := cli(t, "user", "create", "--realm", realmID, "--email", "ann@finance.test", "--password", "long enough", "--role", "owner")
+	require.Equal(t, "ann@finance.test", user["email"])
+	require.Equal(t, "owner", user["role"])
+	require.NotContains(t, user, "password_hash")
+
+	tok := cli(t, "token", "create", "--realm", realmID, "--user", "ann@finance.test", "--name", "nightly", "--requests-per-minute", "60")
+	secret := tok["token"].(string)
+	require.True(t, strings.HasPrefix(secret, "apd_"))
+	require.EqualValues(t, 60, tok["requests_per_minute"])
+
+	// Only the hash is stored.
+	var stored int
+	require.NoError(t, testenv.Pool(t).QueryRow(t.Context(),
+		`SELECT count(*) FROM api_tokens WHERE hash = sha256(convert_to($1, 'UTF8'))`, secret).Scan(&stored))
+	require.Equal(t, 1, stored)
+	require.NoError(t, testenv.Pool(t).QueryRow(t.Context(),
+		`SELECT count(*) FROM api_tokens WHERE encode(hash, 'escape') LIKE '%' || $1 || '%'`, secret).Scan(&stored))
+	require.Zero(t, stored)
+
+	revoked := cli(t, "token", "revoke", tok["id"].(string))
+	require.NotEmpty(t, revoked["revoked_at"])
+
+	v := cli(t, "migrate", "version")
+	require.Equal(t, v["latest"], v["version"])
+	require.Equal(t, false, v["dirty"])
+}
+
+func TestBadInputIsOneLineError(t *testing.T) {
+	for name, args := range map[string][]string{
+		"bad role":    {"user", "create", "--realm", "00000000-0000-0000-0000-000000000001", "--email", "a@b.c", "--password", "long enough", "--role", "god"},
+		"bad realm":   {"user", "create", "--realm", "nope", "--email", "a@b.c", "--password", "long enough"},
+		"bad limit":   {"token", "create", "--realm", "00000000-0000-0000-0000-000000000001", "--user", "a@b.c", "--name", "n", "--requests-per-minute", "-3"},
+		"empty realm": {"realm", "create", " "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(t.Context(), append(args, "--database-url", testenv.DatabaseURL(t)), &out)
+			require.Error(t, err)
+			require.NotContains(t, err.Error(), "\n")
+			require.Empty(t, out.String())
+		})
+	}
+}
+
+func TestUnreachableDatabaseNamesTheVariableAndRedactsThePassword(t *testing.T) {
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"serve", "--database-url", "postgres://appdor:hunter22@127.0.0.1:1/appdor?connect_timeout=2",
+		"--listen", "127.0.0.1:0"}, &out)
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, "APPDOR_DATABASE_URL")
+	require.NotContains(t, msg, "hunter22")
+	require.Contains(t, msg, "127.0.0.1:1")
+	require.NotContains(t, msg, "\n")
+
+	err = run(t.Context(), []string{"serve", "--database-url", testenv.DatabaseURL(t), "--redis-url", "redis://:sekrit@127.0.0.1:1/0",
+		"--listen", "127.0.0.1:0", "--migrate=false"}, &out)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "APPDOR_REDIS_URL")
+	require.NotContains(t, err.Error(), "sekrit")
+}
+
+func TestBadSettingNamesTheVariable(t *testing.T) {
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"serve", "--db-max-conns", "lots"}, &out)
+	require.ErrorContains(t, err, "APPDOR_DB_MAX_CONNS")
+}
