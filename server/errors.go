@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor"
+	"github.com/appdor/appdor/tenancy"
 )
 
 var statusOf = map[string]int{
@@ -26,6 +27,10 @@ var statusOf = map[string]int{
 	appdor.EConcurrencyLimited: http.StatusTooManyRequests,
 	appdor.EUnavailable:        http.StatusServiceUnavailable,
 	appdor.EInternal:           http.StatusInternalServerError,
+
+	// Browser sessions (tenancy).
+	tenancy.ERealmRequired: http.StatusBadRequest,
+	tenancy.ECSRFFailed:    http.StatusForbidden,
 }
 
 // StatusOf is the HTTP status for an error code.

@@ -230,6 +230,8 @@ func (a *App) routes() {
 	// realm data, or a realm's people and tokens.
 	v1 := e.Group("/api/v1")
 	api := v1.Group("", a.tenancy.Authenticate())
+	v1.GET("/openapi.json", openAPIDocument)
+	a.tenancy.PeopleRoutes(v1)
 
 	gh := grid.New(a.db)
 	gh.Routes(api)

@@ -1,6 +1,7 @@
 package tenancy
 
 import (
+	"net/http"
 	"strings"
 
 	"github.com/google/uuid"
@@ -23,7 +24,10 @@ type Principal struct {
 	RealmRPM int
 }
 
-const principalKey = "appdor.principal"
+const (
+	principalKey = "appdor.principal"
+	personKey    = "appdor.person"
+)
 
 // PrincipalOf returns the request's principal, or nil before authentication.
 func PrincipalOf(c echo.Context) *Principal {
@@ -34,27 +38,134 @@ func PrincipalOf(c echo.Context) *Principal {
 // WithPrincipal stores p on the request, for authentication middleware and tests.
 func WithPrincipal(c echo.Context, p *Principal) { c.Set(principalKey, p) }
 
+// Person is who a request comes from before any realm is chosen: the user of
+// a session, or the user of a token together with the token's one realm.
+type Person struct {
+	UserID uuid.UUID
+	// Token is the token's principal, nil for a session.
+	Token *Principal
+	// SessionSecret is the session's secret, "" for a token.
+	SessionSecret string
+}
+
+// PersonOf returns the request's person, set by Identify.
+func PersonOf(c echo.Context) *Person {
+	p, _ := c.Get(personKey).(*Person)
+	return p
+}
+
 var errUnauthorized = appdor.Errorf(appdor.EUnauthorized, "a valid API token or session is required")
 
-// Authenticate is the middleware that turns a bearer token into a Principal,
-// or answers 401.
+// credentials says how a request authenticates: a bearer token when it sends
+// an Authorization header (scripts), else a session cookie (browsers).
+func credentials(c echo.Context) (token, session string, ok bool) {
+	if h := c.Request().Header.Get(echo.HeaderAuthorization); h != "" {
+		secret, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok {
+			return "", "", false
+		}
+		return strings.TrimSpace(secret), "", true
+	}
+	if ck, err := c.Cookie(SessionCookie); err == nil && ck.Value != "" {
+		return "", ck.Value, true
+	}
+	return "", "", false
+}
+
+func challenge(c echo.Context, err error) error {
+	if appdor.ErrorCode(err) == appdor.EUnauthorized {
+		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="appdor", error="invalid_token"`)
+	}
+	return err
+}
+
+// unsafe reports whether the method may change something, and so needs the
+// CSRF check when the request rides on a cookie.
+func unsafe(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	return true
+}
+
+// checkCSRF refuses a cookie-authenticated unsafe request whose CSRFHeader is
+// not the session's CSRF token. It needs no database, so it runs first.
+func checkCSRF(c echo.Context, sessionSecret string) error {
+	if unsafe(c.Request().Method) && !CheckCSRF(sessionSecret, c.Request().Header.Get(CSRFHeader)) {
+		return errCSRF
+	}
+	return nil
+}
+
+// Authenticate is the middleware of the realm API: it turns a bearer token,
+// or a session cookie with the realm chosen by RealmHeader, into a Principal.
+// A missing or dead credential is 401; a session's unsafe request without its
+// CSRF token is 403 csrf_failed; a realm the person is not a member of is 404.
 func (s *Service) Authenticate() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			h := c.Request().Header.Get(echo.HeaderAuthorization)
-			secret, ok := strings.CutPrefix(h, "Bearer ")
+			token, session, ok := credentials(c)
 			if !ok {
 				c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="appdor"`)
 				return errUnauthorized
 			}
-			p, err := s.LookupToken(c.Request().Context(), strings.TrimSpace(secret))
+			ctx := c.Request().Context()
+			if token != "" || session == "" {
+				p, err := s.LookupToken(ctx, token)
+				if err != nil {
+					return challenge(c, err)
+				}
+				WithPrincipal(c, p)
+				return next(c)
+			}
+			if err := checkCSRF(c, session); err != nil {
+				return err
+			}
+			p, err := s.LookupSession(ctx, session, c.Request().Header.Get(RealmHeader))
 			if err != nil {
 				if appdor.ErrorCode(err) == appdor.EUnauthorized {
-					c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="appdor", error="invalid_token"`)
+					ClearSessionCookies(c)
 				}
 				return err
 			}
 			WithPrincipal(c, p)
+			return next(c)
+		}
+	}
+}
+
+// Identify is the middleware of the routes about the person rather than a
+// realm (/me): a token or a session, no realm choice. A session's unsafe
+// request needs its CSRF token here too.
+func (s *Service) Identify() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			token, session, ok := credentials(c)
+			if !ok {
+				c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="appdor"`)
+				return errUnauthorized
+			}
+			ctx := c.Request().Context()
+			if token != "" || session == "" {
+				p, err := s.LookupToken(ctx, token)
+				if err != nil {
+					return challenge(c, err)
+				}
+				c.Set(personKey, &Person{UserID: p.UserID, Token: p})
+				return next(c)
+			}
+			if err := checkCSRF(c, session); err != nil {
+				return err
+			}
+			user, err := s.SessionUser(ctx, session)
+			if err != nil {
+				if appdor.ErrorCode(err) == appdor.EUnauthorized {
+					ClearSessionCookies(c)
+				}
+				return err
+			}
+			c.Set(personKey, &Person{UserID: user, SessionSecret: session})
 			return next(c)
 		}
 	}

@@ -1,0 +1,276 @@
+package tenancy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/appdor/appdor"
+	"github.com/appdor/appdor/rls"
+)
+
+// The browser session contract: cookie and header names the UI relies on.
+const (
+	// SessionCookie holds the session secret. HttpOnly; only its SHA-256
+	// hash is stored, in sessions.hash.
+	SessionCookie = "appdor_session"
+	// CSRFCookie holds the CSRF token, readable by the page's script, which
+	// echoes it in CSRFHeader on every unsafe request.
+	CSRFCookie = "appdor_csrf"
+	CSRFHeader = "X-CSRF-Token"
+	// RealmHeader chooses the realm a session-authenticated request acts in.
+	RealmHeader = "X-Appdor-Realm"
+	// SessionTTL is how long a session lasts from sign-in.
+	SessionTTL = 14 * 24 * time.Hour
+)
+
+// Error codes of sessions, mapped to statuses by the server.
+const (
+	// ERealmRequired: a member of several realms sent no RealmHeader (400).
+	ERealmRequired = "realm_required"
+	// ECSRFFailed: a cookie-authenticated unsafe request without the right
+	// CSRFHeader (403).
+	ECSRFFailed = "csrf_failed"
+)
+
+// sessionPrefix marks session secrets, as tokenPrefix marks tokens.
+const sessionPrefix = "aps_"
+
+var (
+	errBadLogin    = appdor.Errorf(appdor.EUnauthorized, "wrong email or password")
+	errBadSession  = appdor.Errorf(appdor.EUnauthorized, "the session has ended; sign in again")
+	errCSRF        = appdor.Errorf(ECSRFFailed, "this request needs the "+CSRFHeader+" header equal to the "+CSRFCookie+" cookie")
+	errRealmChoice = appdor.Errorf(ERealmRequired, "you are a member of several realms; say which one in the "+RealmHeader+" header")
+	errNoRealm     = appdor.Errorf(appdor.ENotFound, "realm not found")
+)
+
+// RealmRole is a realm a person belongs to and their role there.
+type RealmRole struct {
+	ID   uuid.UUID `json:"id"`
+	Name string    `json:"name"`
+	Role Role      `json:"role"`
+}
+
+// Session is a signed-in browser. Secret and CSRF go to the browser as
+// cookies; neither can be read back from the database.
+type Session struct {
+	Secret    string
+	CSRF      string
+	UserID    uuid.UUID
+	ExpiresAt time.Time
+}
+
+// CSRFToken is the CSRF token that belongs to a session secret: a one-way
+// derivation, so the server checks it without storing it, and a page from
+// another site cannot produce it without the HttpOnly session secret.
+func CSRFToken(sessionSecret string) string {
+	h := sha256.Sum256([]byte("appdor csrf\x00" + sessionSecret))
+	return base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// CheckCSRF reports whether token is the CSRF token of sessionSecret, in
+// constant time.
+func CheckCSRF(sessionSecret, token string) bool {
+	want := CSRFToken(sessionSecret)
+	return subtle.ConstantTimeCompare([]byte(want), []byte(token)) == 1
+}
+
+var (
+	dummyOnce sync.Once
+	dummyHash []byte
+)
+
+// dummyPasswordHash is compared against when the email is unknown, so a wrong
+// email costs the same bcrypt time as a wrong password and answers look alike.
+func dummyPasswordHash() []byte {
+	dummyOnce.Do(func() {
+		b := make([]byte, 18)
+		_, _ = rand.Read(b)
+		h, err := bcrypt.GenerateFromPassword([]byte(base64.RawStdEncoding.EncodeToString(b)), bcrypt.DefaultCost)
+		if err != nil {
+			panic(err)
+		}
+		dummyHash = h
+	})
+	return dummyHash
+}
+
+// Login checks email and password and opens a session. A wrong email and a
+// wrong password give the same error after the same work.
+func (s *Service) Login(ctx context.Context, email, password string) (Session, User, error) {
+	email = strings.TrimSpace(email)
+	var (
+		u    User
+		hash string
+	)
+	err := s.pool.QueryRow(ctx, `SELECT id, email, password_hash FROM users WHERE lower(email) = lower($1)`, email).
+		Scan(&u.ID, &u.Email, &hash)
+	known := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return Session{}, User{}, rls.Interpret(err)
+	}
+	if !known || email == "" {
+		hash = string(dummyPasswordHash())
+	}
+	// bcrypt looks at 72 bytes only; a longer password was never set.
+	ok := bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) == nil && len(password) <= 72
+	if !known || !ok {
+		return Session{}, User{}, errBadLogin
+	}
+
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return Session{}, User{}, err
+	}
+	sess := Session{Secret: sessionPrefix + base64.RawURLEncoding.EncodeToString(b), UserID: u.ID}
+	sess.CSRF = CSRFToken(sess.Secret)
+	// Expired sessions of this person are swept on the way in.
+	err = s.pool.QueryRow(ctx,
+		`WITH sweep AS (DELETE FROM sessions WHERE user_id = $2 AND expires_at <= now())
+		 INSERT INTO sessions (hash, user_id, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3))
+		 RETURNING expires_at`, hashSecret(sess.Secret), u.ID, SessionTTL.Seconds()).Scan(&sess.ExpiresAt)
+	if err != nil {
+		return Session{}, User{}, rls.Interpret(err)
+	}
+	return sess, u, nil
+}
+
+// Logout ends the session with this secret. Ending one that is already gone
+// is not an error.
+func (s *Service) Logout(ctx context.Context, secret string) error {
+	if !validSessionSecret(secret) {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `DELETE FROM sessions WHERE hash = $1`, hashSecret(secret))
+	return rls.Interpret(err)
+}
+
+func validSessionSecret(secret string) bool {
+	return strings.HasPrefix(secret, sessionPrefix) && len(secret) <= 100
+}
+
+// SessionUser returns the person of a live session, or unauthorized.
+func (s *Service) SessionUser(ctx context.Context, secret string) (uuid.UUID, error) {
+	if !validSessionSecret(secret) {
+		return uuid.Nil, errBadSession
+	}
+	var id uuid.UUID
+	err := s.pool.QueryRow(ctx, `SELECT user_id FROM sessions WHERE hash = $1 AND expires_at > now()`,
+		hashSecret(secret)).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return uuid.Nil, errBadSession
+	}
+	return id, rls.Interpret(err)
+}
+
+// LookupSession turns a session secret and the request's realm choice into a
+// Principal, in one query. realm is the RealmHeader as sent: empty chooses
+// the person's only realm; a realm they are not a member of is not found,
+// exactly like one that does not exist.
+func (s *Service) LookupSession(ctx context.Context, secret, realm string) (*Principal, error) {
+	if !validSessionSecret(secret) {
+		return nil, errBadSession
+	}
+	var want *uuid.UUID
+	if realm = strings.TrimSpace(realm); realm != "" {
+		id, err := uuid.Parse(realm)
+		if err != nil {
+			return nil, errNoRealm
+		}
+		want = &id
+	}
+	rows, err := s.pool.Query(ctx,
+		`SELECT s.user_id, m.realm_id, m.role, r.requests_per_minute
+		 FROM sessions s
+		 LEFT JOIN memberships m ON m.user_id = s.user_id AND ($2::uuid IS NULL OR m.realm_id = $2)
+		 LEFT JOIN realms r ON r.id = m.realm_id
+		 WHERE s.hash = $1 AND s.expires_at > now()
+		 LIMIT 2`, hashSecret(secret), want)
+	if err != nil {
+		return nil, rls.Interpret(err)
+	}
+	var (
+		p        Principal
+		n        int
+		realmID  *uuid.UUID
+		role     *string
+		realmRPM *int
+	)
+	for rows.Next() {
+		n++
+		if err := rows.Scan(&p.UserID, &realmID, &role, &realmRPM); err != nil {
+			rows.Close()
+			return nil, rls.Interpret(err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, rls.Interpret(err)
+	}
+	switch {
+	case n == 0:
+		return nil, errBadSession
+	case n > 1:
+		return nil, errRealmChoice
+	case realmID == nil && want == nil:
+		return nil, appdor.Errorf(appdor.EForbidden, "you are not a member of any realm")
+	case realmID == nil:
+		return nil, errNoRealm
+	}
+	p.RealmID, p.Role = *realmID, Role(*role)
+	if realmRPM != nil {
+		p.RealmRPM = *realmRPM
+	}
+	return &p, nil
+}
+
+// Me returns a person and the realms they belong to, by name; with only set,
+// just that realm (a token acts in one realm).
+func (s *Service) Me(ctx context.Context, user uuid.UUID, only *uuid.UUID) (User, []RealmRole, error) {
+	rows, err := s.pool.Query(ctx,
+		`SELECT u.id, u.email, r.id, r.name, m.role
+		 FROM users u
+		 LEFT JOIN memberships m ON m.user_id = u.id AND ($2::uuid IS NULL OR m.realm_id = $2)
+		 LEFT JOIN realms r ON r.id = m.realm_id
+		 WHERE u.id = $1
+		 ORDER BY r.name, r.id`, user, only)
+	if err != nil {
+		return User{}, nil, rls.Interpret(err)
+	}
+	defer rows.Close()
+	var (
+		u      User
+		found  bool
+		realms = []RealmRole{}
+	)
+	for rows.Next() {
+		var (
+			id   *uuid.UUID
+			name *string
+			role *string
+		)
+		if err := rows.Scan(&u.ID, &u.Email, &id, &name, &role); err != nil {
+			return User{}, nil, rls.Interpret(err)
+		}
+		found = true
+		if id != nil {
+			realms = append(realms, RealmRole{ID: *id, Name: *name, Role: Role(*role)})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return User{}, nil, rls.Interpret(err)
+	}
+	if !found {
+		return User{}, nil, errBadSession
+	}
+	return u, realms, nil
+}
