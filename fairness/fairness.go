@@ -1,0 +1,429 @@
+// Package fairness keeps Appdor's second promise: no realm's load becomes
+// another realm's latency. It is an admission controller keyed by realm: every
+// unit of work (an HTTP request, a batch of a CSV import) takes a slot before
+// it touches the database and gives it back when done, and work over the
+// realm's share is refused at once, never queued.
+//
+// # The algorithm
+//
+// Capacity is counted in slots of concurrent work. There are Capacity slots
+// for realms at work and Reserve slots on top of them. By default Capacity
+// follows the cores, one slot per core (GOMAXPROCS), never more than the
+// pool size minus the reserve: on a 2-core machine two heavy reads already
+// keep both cores busy, and a third only makes everyone's latency longer.
+// Reserve defaults to max(1, Capacity/8).
+//
+// A realm is active while it has work in flight or made a request within
+// ActiveWindow (default 2s; quiet realms are swept four times a window). With N active realms, each realm's share is
+// max(1, Capacity/N). A request is admitted when
+//
+//   - its realm has fewer than share slots in flight, and
+//   - fewer than Capacity slots are in flight in all, or, for a realm that is
+//     not hot, fewer than Capacity+Reserve.
+//
+// A realm is hot when its refusals outnumber its admissions by HotAfter
+// (default 4) or more: it asks for more than its share. Hot realms never take
+// the reserve, so a realm arriving beside one or sixteen storming realms finds
+// a slot at once; a realm refused once by bad luck is not hot, and stays
+// eligible for the reserve.
+//
+// Work-conserving: a realm alone has the whole Capacity; an arriving realm
+// counts at once (shares are recomputed on arrival), and a realm stops
+// counting ActiveWindow after its last request, giving its share back.
+// Activity is remembered across a window, not read off the in-flight count,
+// because a light realm sending a request every 20 ms has nothing in flight
+// most of the time and still needs its share the moment it asks.
+//
+// A refusal is cheap: the middleware answers with a pre-encoded 429 body and
+// Retry-After (RetryAfter, default 1s). A hot realm's refusal is answered
+// after a Hold (default 20ms; no CPU, no database) so a client that ignores
+// Retry-After slows itself down instead of burning the cores on refusals.
+//
+// Background work ("import", "automation") goes through Acquire, which waits
+// (bounded by its context) for a slot within the realm's share and Capacity —
+// never the reserve, so background work can never push a request out. Acquire
+// inside a request that already holds its realm's slot is reentrant: the work
+// runs under the request's slot.
+//
+// fairness knows nothing of grid or tenancy: a realm is a string to it.
+package fairness
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/appdor/appdor"
+)
+
+// Classes of work.
+const (
+	ClassRequest = "request" // an HTTP request: admitted at once or refused
+	ClassImport  = "import"  // background work: waits, within its context, for a slot
+)
+
+// Reasons for a refusal, as in appdor_fairness_refused_total{reason}.
+const (
+	ReasonRealmLimit = "realm_limit" // the realm has its whole share in flight
+	ReasonCapacity   = "capacity"    // every slot is taken
+	ReasonCanceled   = "canceled"    // background work gave up waiting
+)
+
+// Defaults.
+const (
+	DefaultActiveWindow = 2 * time.Second
+	DefaultRetryAfter   = time.Second
+	DefaultHold         = 20 * time.Millisecond
+	DefaultHotAfter     = 4
+	// maxDebt bounds how long a realm that stops hammering stays hot: it
+	// cools after this many admissions, or when it goes inactive.
+	maxDebt = 64
+)
+
+// Config sizes the controller. The zero value is on, sized automatically.
+type Config struct {
+	// Off disables the controller: every request is admitted. For the storm
+	// harness's negative control only.
+	Off bool
+	// Capacity is the number of slots for realms at work; 0 picks
+	// min(GOMAXPROCS, PoolSize-Reserve).
+	Capacity int
+	// Reserve is the number of extra slots only realms that are not hot may
+	// take; 0 picks max(1, Capacity/8).
+	Reserve int
+	// PoolSize is the database pool's size, used to size Capacity.
+	PoolSize int
+	// ActiveWindow is how long a realm counts as active after its last
+	// request; 0 is DefaultActiveWindow.
+	ActiveWindow time.Duration
+	// RetryAfter is what a refusal asks the client to wait; 0 is
+	// DefaultRetryAfter.
+	RetryAfter time.Duration
+	// Hold delays the refusal of a hot realm; 0 is DefaultHold, negative
+	// disables the hold.
+	Hold time.Duration
+	// HotAfter is how far a realm's refusals must outnumber its admissions
+	// before it is hot; 0 is DefaultHotAfter.
+	HotAfter int
+	// Now is the clock; nil is time.Now. Tests set it.
+	Now func() time.Time
+}
+
+// Sized returns cfg with every automatic value filled in.
+func (cfg Config) Sized() Config {
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = runtime.GOMAXPROCS(0)
+		if cfg.Reserve <= 0 {
+			cfg.Reserve = max(1, cfg.Capacity/8)
+		}
+		if cfg.PoolSize > 0 && cfg.Capacity > cfg.PoolSize-cfg.Reserve {
+			cfg.Capacity = max(1, cfg.PoolSize-cfg.Reserve)
+		}
+	}
+	if cfg.Reserve <= 0 {
+		cfg.Reserve = max(1, cfg.Capacity/8)
+	}
+	if cfg.ActiveWindow <= 0 {
+		cfg.ActiveWindow = DefaultActiveWindow
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = DefaultRetryAfter
+	}
+	if cfg.Hold == 0 {
+		cfg.Hold = DefaultHold
+	}
+	if cfg.Hold < 0 {
+		cfg.Hold = 0
+	}
+	if cfg.HotAfter <= 0 {
+		cfg.HotAfter = DefaultHotAfter
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg
+}
+
+// realm is one realm's state. It lives while the realm is active.
+type realm struct {
+	name     string
+	inflight int
+	lastSeen time.Time
+	// debt grows by one per refusal and shrinks by one per admission; at
+	// HotAfter or more the realm is hot.
+	debt     int
+	gauge    prometheus.Gauge
+	admitted map[string]prometheus.Counter
+}
+
+// Controller admits work per realm. It is safe for concurrent use.
+type Controller struct {
+	cfg Config
+	m   *metrics
+
+	mu        sync.Mutex
+	realms    map[string]*realm
+	active    int // realms in realms, all of them active as of the last sweep
+	total     int // slots in flight, all realms
+	lastSweep time.Time
+	waiters   int
+	wake      chan struct{} // closed and replaced on release when someone waits
+
+	holds atomic.Int64 // refusals being held right now
+
+	onWait func() // test hook: background work has started waiting
+}
+
+// New returns a controller sized by cfg (see Config.Sized). Its metrics are
+// registered on reg when reg is not nil.
+func New(cfg Config, reg prometheus.Registerer) *Controller {
+	cfg = cfg.Sized()
+	c := &Controller{
+		cfg:    cfg,
+		realms: make(map[string]*realm),
+		wake:   make(chan struct{}),
+	}
+	c.m = newMetrics(c, reg)
+	c.lastSweep = cfg.Now()
+	return c
+}
+
+// Config returns the controller's configuration, with automatic values filled in.
+func (c *Controller) Config() Config { return c.cfg }
+
+// Refusal is why work was not admitted.
+type Refusal struct {
+	Reason string
+	// Hold is how long to wait before answering, for a hot realm.
+	Hold time.Duration
+}
+
+// share is each active realm's share. c.mu is held.
+func (c *Controller) share() int {
+	if c.active <= 1 {
+		return c.cfg.Capacity
+	}
+	return max(1, c.cfg.Capacity/c.active)
+}
+
+// sweep forgets realms that have gone quiet, at most four times a window.
+// c.mu is held.
+func (c *Controller) sweep(now time.Time) {
+	if now.Sub(c.lastSweep) < c.cfg.ActiveWindow/4 {
+		return
+	}
+	c.lastSweep = now
+	for name, r := range c.realms {
+		if r.inflight == 0 && now.Sub(r.lastSeen) >= c.cfg.ActiveWindow {
+			delete(c.realms, name)
+			c.active--
+			c.m.forget(name)
+		}
+	}
+}
+
+// lookup returns realm's state, counting it as active from now. c.mu is held.
+func (c *Controller) lookup(name string) *realm {
+	r := c.realms[name]
+	if r == nil {
+		r = &realm{name: name, admitted: make(map[string]prometheus.Counter, 1)}
+		r.gauge = c.m.inflight.WithLabelValues(name)
+		c.realms[name] = r
+		c.active++
+	}
+	return r
+}
+
+// Admit tries to admit one unit of work of class for realm, at once. On
+// success it returns release, which must be called exactly once when the work
+// is done (calling it again does nothing).
+func (c *Controller) Admit(realmName, class string) (release func(), refusal *Refusal) {
+	if c.cfg.Off {
+		c.m.admitted.WithLabelValues(realmName, class).Inc()
+		return func() {}, nil
+	}
+	now := c.cfg.Now()
+	c.mu.Lock()
+	c.sweep(now)
+	r := c.lookup(realmName)
+	r.lastSeen = now
+	reason := c.check(r, class == ClassRequest)
+	if reason != "" {
+		if class == ClassRequest {
+			r.debt = min(r.debt+1, maxDebt)
+		}
+		hot := r.debt >= c.cfg.HotAfter
+		c.mu.Unlock()
+		c.m.refused.WithLabelValues(realmName, class, reason).Inc()
+		ref := &Refusal{Reason: reason}
+		if hot {
+			ref.Hold = c.cfg.Hold
+		}
+		return nil, ref
+	}
+	c.admitLocked(r, class)
+	c.mu.Unlock()
+	return c.releaser(r), nil
+}
+
+// check says why r may not take a slot now, or "" when it may. c.mu is held.
+func (c *Controller) check(r *realm, mayReserve bool) string {
+	if r.inflight >= c.share() {
+		return ReasonRealmLimit
+	}
+	limit := c.cfg.Capacity
+	if mayReserve && r.debt < c.cfg.HotAfter {
+		limit += c.cfg.Reserve
+	}
+	if c.total >= limit {
+		return ReasonCapacity
+	}
+	return ""
+}
+
+// admitLocked takes a slot for r. c.mu is held.
+func (c *Controller) admitLocked(r *realm, class string) {
+	r.inflight++
+	c.total++
+	if r.debt > 0 {
+		r.debt--
+	}
+	r.gauge.Inc()
+	ctr := r.admitted[class]
+	if ctr == nil {
+		ctr = c.m.admitted.WithLabelValues(r.name, class)
+		r.admitted[class] = ctr
+	}
+	ctr.Inc()
+}
+
+func (c *Controller) releaser(r *realm) func() {
+	var done atomic.Bool
+	return func() {
+		if !done.CompareAndSwap(false, true) {
+			return
+		}
+		c.mu.Lock()
+		r.inflight--
+		c.total--
+		r.lastSeen = c.cfg.Now()
+		r.gauge.Dec()
+		if c.waiters > 0 {
+			close(c.wake)
+			c.wake = make(chan struct{})
+		}
+		c.mu.Unlock()
+	}
+}
+
+// heldKey marks a context whose request holds a slot.
+type heldKey struct{}
+
+type held struct {
+	realm    string
+	released atomic.Bool
+}
+
+// Acquire takes a slot for work of class in realm. A request (ClassRequest)
+// is admitted at once or refused with a coded concurrency_limited error.
+// Background work waits, while ctx lasts, for a slot within its realm's share
+// and the Capacity; it never takes the reserve. Inside a request that holds a
+// slot of the same realm (ctx from the middleware) Acquire is reentrant and
+// the work runs under the request's slot.
+//
+// Acquire's signature is the grid's Gate interface.
+func (c *Controller) Acquire(ctx context.Context, realmName, class string) (func(), error) {
+	if h, ok := ctx.Value(heldKey{}).(*held); ok && h.realm == realmName && !h.released.Load() {
+		c.m.admitted.WithLabelValues(realmName, class).Inc()
+		return func() {}, nil
+	}
+	if class == ClassRequest || c.cfg.Off {
+		release, ref := c.Admit(realmName, class)
+		if ref != nil {
+			return nil, c.refusalError(ref)
+		}
+		return release, nil
+	}
+	for {
+		now := c.cfg.Now()
+		c.mu.Lock()
+		c.sweep(now)
+		r := c.lookup(realmName)
+		r.lastSeen = now
+		if c.check(r, false) == "" {
+			c.admitLocked(r, class)
+			c.mu.Unlock()
+			return c.releaser(r), nil
+		}
+		c.waiters++
+		wake := c.wake
+		c.mu.Unlock()
+		if c.onWait != nil {
+			c.onWait()
+		}
+		select {
+		case <-wake:
+			c.mu.Lock()
+			c.waiters--
+			c.mu.Unlock()
+		case <-ctx.Done():
+			c.mu.Lock()
+			c.waiters--
+			c.mu.Unlock()
+			c.m.refused.WithLabelValues(realmName, class, ReasonCanceled).Inc()
+			return nil, &appdor.Error{Code: appdor.EConcurrencyLimited,
+				Message: "this realm's background work found no free slot in time", RetryAfter: c.cfg.RetryAfter}
+		}
+	}
+}
+
+func (c *Controller) refusalError(ref *Refusal) *appdor.Error {
+	return &appdor.Error{
+		Code:       appdor.EConcurrencyLimited,
+		Message:    refusalMessage,
+		Details:    map[string]string{"reason": ref.Reason},
+		RetryAfter: c.cfg.RetryAfter,
+	}
+}
+
+const refusalMessage = "this realm has as much work in flight as it may have now; retry after Retry-After"
+
+// withHeld returns ctx marked as holding realm's slot.
+func withHeld(ctx context.Context, h *held) context.Context {
+	return context.WithValue(ctx, heldKey{}, h)
+}
+
+// Inflight is realm's work in flight now.
+func (c *Controller) Inflight(realmName string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.realms[realmName]; r != nil {
+		return r.inflight
+	}
+	return 0
+}
+
+// Total is the work in flight now, all realms.
+func (c *Controller) Total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
+// Share is each active realm's share now.
+func (c *Controller) Share() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.share()
+}
+
+// Active is the number of active realms as of the last sweep.
+func (c *Controller) Active() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.active
+}

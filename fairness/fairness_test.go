@@ -1,0 +1,401 @@
+package fairness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/appdor/appdor"
+)
+
+// clock is a hand-driven clock: no test here sleeps or reads the time.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (k *clock) now() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.t
+}
+
+func (k *clock) advance(d time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.t = k.t.Add(d)
+}
+
+// setup returns a controller with capacity 2 and reserve 1 (this machine's
+// defaults) on a hand-driven clock, and its registry.
+func setup(t *testing.T, mutate func(*Config)) (*Controller, *clock, *prometheus.Registry) {
+	t.Helper()
+	k := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg := Config{Capacity: 2, Reserve: 1, Now: k.now}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	reg := prometheus.NewRegistry()
+	return New(cfg, reg), k, reg
+}
+
+// admitN admits n requests of realm, failing when one is refused.
+func admitN(t *testing.T, c *Controller, realm string, n int) []func() {
+	t.Helper()
+	var rels []func()
+	for i := range n {
+		rel, ref := c.Admit(realm, ClassRequest)
+		require.Nil(t, ref, "%s request %d refused", realm, i)
+		rels = append(rels, rel)
+	}
+	return rels
+}
+
+func refused(t *testing.T, c *Controller, realm string) *Refusal {
+	t.Helper()
+	rel, ref := c.Admit(realm, ClassRequest)
+	if rel != nil {
+		rel()
+	}
+	require.NotNil(t, ref, "%s was admitted, want refused", realm)
+	return ref
+}
+
+// value reads a counter or gauge.
+func value(c prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}
+
+func releaseAll(rels []func()) {
+	for _, r := range rels {
+		r()
+	}
+}
+
+func TestSized(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Capacity: 0, PoolSize: 2}.Sized()
+	require.Equal(t, 1, cfg.Reserve)
+	require.LessOrEqual(t, cfg.Capacity+cfg.Reserve, 2, "capacity and reserve fit the pool")
+	require.GreaterOrEqual(t, cfg.Capacity, 1)
+	cfg = Config{Capacity: 32}.Sized()
+	require.Equal(t, 4, cfg.Reserve)
+	require.Equal(t, DefaultActiveWindow, cfg.ActiveWindow)
+	require.Equal(t, DefaultHold, cfg.Hold)
+	require.Equal(t, time.Duration(0), Config{Capacity: 2, Hold: -1}.Sized().Hold)
+}
+
+func TestAloneUsesTheWholeCapacity(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 6 })
+	rels := admitN(t, c, "a", 6)
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
+	require.Equal(t, 6, c.Inflight("a"))
+	releaseAll(rels)
+	require.Equal(t, 0, c.Total())
+}
+
+func TestSharesFollowActiveRealms(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 6 })
+	a := admitN(t, c, "a", 2)
+	b := admitN(t, c, "b", 2)
+	c3 := admitN(t, c, "c", 2)
+	require.Equal(t, 2, c.Share())
+	for _, r := range []string{"a", "b", "c"} {
+		require.Equal(t, ReasonRealmLimit, refused(t, c, r).Reason, r)
+	}
+	releaseAll(a)
+	releaseAll(b)
+	releaseAll(c3)
+}
+
+func TestArrivingRealmFindsTheReserve(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, nil)
+	storm := admitN(t, c, "storm", 2) // alone, the storm has the whole capacity
+	require.Equal(t, 2, c.Total())
+
+	victim := admitN(t, c, "victim", 1) // at once, from the reserve
+	require.Equal(t, 3, c.Total())
+	require.Equal(t, 1, c.Share(), "the shares were recomputed on arrival")
+
+	// The storm is now over its share: it gets nothing more until it is
+	// back under it, even when slots free up.
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
+	storm[0]()
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
+	storm[1]()
+	storm = admitN(t, c, "storm", 1)
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
+	releaseAll(victim)
+	releaseAll(storm)
+}
+
+func TestBorrowingEndsWhenARealmGoesQuiet(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4 })
+	releaseAll(admitN(t, c, "victim", 1))
+	a := admitN(t, c, "a", 2)
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason, "the quiet victim still counts within the window")
+
+	k.advance(DefaultActiveWindow - time.Millisecond)
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
+
+	// The victim's window ends (realms are swept four times a window): "a"
+	// borrows its share back.
+	k.advance(DefaultActiveWindow / 4)
+	a = append(a, admitN(t, c, "a", 2)...)
+	require.Equal(t, 1, c.Active())
+	require.Equal(t, 4, c.Share())
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
+
+	// The victim comes back: it finds room at once.
+	v := admitN(t, c, "victim", 1)
+	require.Equal(t, 2, c.Share())
+	releaseAll(a)
+	releaseAll(v)
+}
+
+func TestARealmWithWorkInFlightStaysActive(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4 })
+	slow := admitN(t, c, "slow", 1)
+	k.advance(10 * DefaultActiveWindow)
+	a := admitN(t, c, "a", 2)
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
+	require.Equal(t, 2, c.Active())
+	releaseAll(slow)
+	releaseAll(a)
+}
+
+// TestSixteenStormsAndAQuietRealm: the storming realms share the capacity;
+// once they hammer they are hot and never take the reserve, which stays for
+// the quiet realm.
+func TestSixteenStormsAndAQuietRealm(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, nil)
+	inflight := map[string][]func(){}
+	storm := func() {
+		for range 5 {
+			for i := range 16 {
+				name := fmt.Sprintf("storm%02d", i)
+				if rel, ref := c.Admit(name, ClassRequest); ref == nil {
+					inflight[name] = append(inflight[name], rel)
+				}
+				require.LessOrEqual(t, c.Total(), 3)
+			}
+		}
+	}
+	storm()
+	// The storms' first requests finish, they come back, hot now.
+	for name, rels := range inflight {
+		releaseAll(rels)
+		delete(inflight, name)
+	}
+	storm()
+	require.Equal(t, 2, c.Total(), "hot storms hold the capacity, not the reserve")
+	for name := range inflight {
+		require.Equal(t, 1, c.Inflight(name), "share is 1 with 17 realms")
+	}
+
+	q := admitN(t, c, "quiet", 1)
+	require.Equal(t, 3, c.Total())
+	releaseAll(q)
+	for range 100 { // the quiet realm, request after request
+		releaseAll(admitN(t, c, "quiet", 1))
+		storm()
+	}
+	for _, rels := range inflight {
+		releaseAll(rels)
+	}
+	require.Equal(t, 0, c.Total())
+}
+
+func TestAnUnluckyRealmIsNotHot(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, nil)
+	a := admitN(t, c, "a", 2)
+	b := admitN(t, c, "b", 1) // the reserve
+	ref := refused(t, c, "c")
+	require.Equal(t, ReasonCapacity, ref.Reason)
+	require.Zero(t, ref.Hold, "a realm refused once is answered at once")
+	b[0]()
+	releaseAll(admitN(t, c, "c", 1)) // still eligible for the reserve
+	releaseAll(a)
+}
+
+func TestHammeringRealmIsHeld(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Hold = 7 * time.Millisecond })
+	a := admitN(t, c, "a", 2)
+	for i := range DefaultHotAfter - 1 {
+		require.Zero(t, refused(t, c, "a").Hold, "refusal %d", i)
+	}
+	require.Equal(t, 7*time.Millisecond, refused(t, c, "a").Hold)
+	// Admissions pay the debt back.
+	releaseAll(a)
+	for range DefaultHotAfter {
+		releaseAll(admitN(t, c, "a", 1))
+	}
+	a = admitN(t, c, "a", 2)
+	require.Zero(t, refused(t, c, "a").Hold)
+	releaseAll(a)
+}
+
+func TestReleaseIsIdempotent(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, nil)
+	rel := admitN(t, c, "a", 1)[0]
+	rel()
+	rel()
+	require.Equal(t, 0, c.Total())
+	require.Equal(t, 0, c.Inflight("a"))
+}
+
+func TestOffAdmitsEverything(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Off = true })
+	rels := admitN(t, c, "a", 100)
+	releaseAll(rels)
+}
+
+func TestAcquireRequestIsRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, nil)
+	a := admitN(t, c, "a", 2)
+	_, err := c.Acquire(context.Background(), "a", ClassRequest)
+	var ae *appdor.Error
+	require.True(t, errors.As(err, &ae))
+	require.Equal(t, appdor.EConcurrencyLimited, ae.Code)
+	require.Equal(t, time.Second, ae.RetryAfter)
+	releaseAll(a)
+}
+
+func TestImportWaitsForASlot(t *testing.T) {
+	t.Parallel()
+	c, _, reg := setup(t, nil)
+	a := admitN(t, c, "a", 2)
+	waiting := make(chan struct{}, 1)
+	c.onWait = func() { waiting <- struct{}{} }
+	got := make(chan func())
+	go func() {
+		rel, err := c.Acquire(context.Background(), "a", ClassImport)
+		if err != nil {
+			close(got)
+			return
+		}
+		got <- rel
+	}()
+	<-waiting // the import waits: the realm has its whole share in flight
+	a[0]()
+	rel, ok := <-got
+	require.True(t, ok)
+	require.Equal(t, 2, c.Inflight("a"))
+	rel()
+	a[1]()
+	require.Equal(t, 0, c.Total())
+	require.Equal(t, 1.0, value(c.m.admitted.WithLabelValues("a", ClassImport)))
+	_ = reg
+}
+
+func TestImportNeverTakesTheReserve(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, nil)
+	a := admitN(t, c, "a", 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.Acquire(ctx, "b", ClassImport)
+	require.Equal(t, appdor.EConcurrencyLimited, appdor.ErrorCode(err))
+	require.Equal(t, 1.0, value(c.m.refused.WithLabelValues("b", ClassImport, ReasonCanceled)))
+	releaseAll(admitN(t, c, "b", 1)) // a request does
+	releaseAll(a)
+}
+
+func TestImportInsideARequestRunsUnderItsSlot(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, nil)
+	a := admitN(t, c, "a", 2)
+	h := &held{realm: "a"}
+	ctx := withHeld(context.Background(), h)
+	rel, err := c.Acquire(ctx, "a", ClassImport)
+	require.NoError(t, err)
+	rel()
+	require.Equal(t, 2, c.Inflight("a"))
+
+	// Another realm's marker, or a released one, is no pass.
+	ctx2, cancel := context.WithCancel(withHeld(context.Background(), &held{realm: "b"}))
+	cancel()
+	_, err = c.Acquire(ctx2, "a", ClassImport)
+	require.Error(t, err)
+	h.released.Store(true)
+	ctx3, cancel3 := context.WithCancel(ctx)
+	cancel3()
+	_, err = c.Acquire(ctx3, "a", ClassImport)
+	require.Error(t, err)
+	releaseAll(a)
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	c, _, reg := setup(t, nil)
+	a := admitN(t, c, "a", 2)
+	refused(t, c, "a")
+	require.Equal(t, 2.0, value(c.m.inflight.WithLabelValues("a")))
+	require.Equal(t, 2.0, value(c.m.admitted.WithLabelValues("a", ClassRequest)))
+	require.Equal(t, 1.0, value(c.m.refused.WithLabelValues("a", ClassRequest, ReasonRealmLimit)))
+	releaseAll(a)
+	require.Equal(t, 0.0, value(c.m.inflight.WithLabelValues("a")))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	limits := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "appdor_fairness_limit" {
+			for _, m := range mf.GetMetric() {
+				limits[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	require.Equal(t, map[string]float64{"capacity": 2, "reserve": 1, "realm_share": 2}, limits)
+}
+
+// TestConcurrentNeverOverCommits hammers the controller from many goroutines
+// (for the race detector) and checks the bounds hold at every admission.
+func TestConcurrentNeverOverCommits(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 1 })
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("r%d", g%8)
+			for range 500 {
+				rel, ref := c.Admit(name, ClassRequest)
+				if ref != nil {
+					continue
+				}
+				if c.Total() > 5 {
+					t.Errorf("total %d over capacity+reserve", c.Total())
+				}
+				rel()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 0, c.Total())
+}

@@ -1,0 +1,83 @@
+package fairness
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/appdor/appdor"
+)
+
+// maxHolds bounds the refusals held at once; beyond it a refusal is answered
+// at once (a held refusal costs a goroutine, not CPU, but not nothing).
+const maxHolds = 4096
+
+// Middleware admits each request under the realm key returns, before the
+// handler reads its body or touches the database, and releases the slot when
+// the handler returns — normally, by error, by panic, or because the client
+// went away (the handler's context ends, its query is canceled, it returns).
+//
+// A refused request is answered here with a pre-encoded 429: Retry-After and
+// {"error":{"code":"concurrency_limited",...}}; a hot realm's refusal after
+// the hold. A request for which key returns "" passes ungated: the server
+// puts this after authentication, which guarantees a realm.
+func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFunc {
+	bodies := map[string][]byte{
+		ReasonRealmLimit: c.refusalBody(ReasonRealmLimit),
+		ReasonCapacity:   c.refusalBody(ReasonCapacity),
+	}
+	retryAfter := strconv.FormatInt(int64((c.cfg.RetryAfter+time.Second-1)/time.Second), 10)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(ec echo.Context) error {
+			name := key(ec)
+			if name == "" {
+				return next(ec)
+			}
+			release, ref := c.Admit(name, ClassRequest)
+			if ref != nil {
+				if ref.Hold > 0 && c.holds.Add(1) <= maxHolds {
+					c.m.held.Inc()
+					t := time.NewTimer(ref.Hold)
+					select {
+					case <-t.C:
+					case <-ec.Request().Context().Done():
+						t.Stop()
+					}
+					c.holds.Add(-1)
+				} else if ref.Hold > 0 {
+					c.holds.Add(-1)
+				}
+				h := ec.Response().Header()
+				h.Set("Retry-After", retryAfter)
+				h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+				ec.Response().WriteHeader(http.StatusTooManyRequests)
+				if ec.Request().Method == http.MethodHead {
+					return nil
+				}
+				_, err := ec.Response().Write(bodies[ref.Reason])
+				return err
+			}
+			defer release()
+			h := &held{realm: name}
+			defer h.released.Store(true)
+			req := ec.Request()
+			ec.SetRequest(req.WithContext(withHeld(req.Context(), h)))
+			return next(ec)
+		}
+	}
+}
+
+// refusalBody is the 429 body for reason, encoded once.
+func (c *Controller) refusalBody(reason string) []byte {
+	ms := c.cfg.RetryAfter.Milliseconds()
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"code":           appdor.EConcurrencyLimited,
+		"message":        refusalMessage,
+		"details":        map[string]string{"reason": reason},
+		"retry_after_ms": ms,
+	}})
+	return append(b, '\n')
+}
