@@ -8,6 +8,7 @@
 package grid
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,9 +22,23 @@ import (
 	"github.com/appdor/appdor/tenancy"
 )
 
+// Gate admits background work of a realm, one unit at a time: the fairness
+// controller implements it, so an import competes with requests under the
+// same per-realm caps. class names the kind of work ("import").
+type Gate interface {
+	Acquire(ctx context.Context, realm, class string) (release func(), err error)
+}
+
 // Handler serves the grid API.
 type Handler struct {
 	db *rls.DB
+	// Gate, when set, admits each batch of a CSV import (class "import"); nil
+	// runs imports ungated.
+	Gate Gate
+	// CSVBodyLimit bounds a CSV import's body in bytes; 0 means
+	// DefaultCSVBodyLimit. The server's general body limit must skip the
+	// import route (see OwnsBodyLimit), which streams and bounds itself.
+	CSVBodyLimit int64
 }
 
 // New returns a Handler that reaches tenant data through db.
@@ -40,9 +55,17 @@ func (h *Handler) Routes(g *echo.Group) {
 	g.POST("/apps/:app/tables", h.createTable, write)
 	g.GET("/apps/:app/tables", h.listTables, read)
 	g.GET("/tables/:table", h.getTable, read)
+	g.POST("/tables/:table/fields", h.createField, write)
+	g.PATCH("/tables/:table/fields/:field", h.updateField, write)
+	g.DELETE("/tables/:table/fields/:field", h.deleteField, write)
 	g.POST("/tables/:table/rows", h.createRows, write)
+	g.PATCH("/tables/:table/rows", h.updateRows, write)
+	g.DELETE("/tables/:table/rows", h.deleteRows, write)
 	g.GET("/tables/:table/rows", h.listRows, read)
 	g.GET("/tables/:table/rows/:row", h.getRow, read)
+	g.GET("/tables/:table/count", h.countRows, read)
+	g.GET("/tables/:table/csv", h.exportCSV, read)
+	g.POST("/tables/:table/csv", h.importCSV, write)
 }
 
 // realmOf returns the realm the request acts in. The server guarantees a
@@ -65,8 +88,11 @@ func idParam(c echo.Context, name string) (uuid.UUID, error) {
 }
 
 // decode reads a JSON body into v, refusing unknown fields and trailing data.
-func decode(c echo.Context, v any) error {
-	dec := json.NewDecoder(c.Request().Body)
+func decode(c echo.Context, v any) error { return decodeFrom(c.Request().Body, v) }
+
+// decodeFrom is decode for a body already read, or any reader.
+func decodeFrom(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError

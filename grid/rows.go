@@ -1,11 +1,12 @@
 package grid
 
 import (
-	"encoding/base64"
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,9 +37,18 @@ type RowInput struct {
 	Cells map[string]json.RawMessage `json:"cells"`
 }
 
+// RowPatch is a change to one row: the given cells are merged into it (a null
+// clears a cell) when version is still the row's version.
+type RowPatch struct {
+	ID      uuid.UUID                  `json:"id"`
+	Version int64                      `json:"version"`
+	Cells   map[string]json.RawMessage `json:"cells"`
+}
+
 // checkCells validates one row's cells against the table and returns them
-// normalized, with a Detail for each wrong cell.
-func checkCells(t *Table, index int, cells map[string]json.RawMessage) ([]byte, []Detail) {
+// normalized, with a Detail for each wrong cell. A null clears a cell: it is
+// dropped, or kept as nil when keepNulls (a patch needs it to clear the key).
+func checkCells(t *Table, index int, cells map[string]json.RawMessage, keepNulls bool) (map[string]any, []Detail) {
 	out := make(map[string]any, len(cells))
 	var details []Detail
 	for id, raw := range cells {
@@ -52,18 +62,77 @@ func checkCells(t *Table, index int, cells map[string]json.RawMessage) ([]byte, 
 			details = append(details, Detail{Row: &index, Field: id, Message: err.Error()})
 			continue
 		}
-		if v != nil {
+		if v != nil || keepNulls {
 			out[id] = v
 		}
 	}
+	return out, details
+}
+
+func tooLarge(n int) error {
+	return appdor.Errorf(appdor.ETooLarge, "a batch has at most %d rows; this one has %d", MaxBatch, n)
+}
+
+// validateBatch checks every row's cells, then the link cells of the whole
+// batch against the database, and returns the cells as JSON.
+func validateBatch(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, in []map[string]json.RawMessage, keepNulls bool) ([][]byte, error) {
+	norm := make([]map[string]any, len(in))
+	idx := make([]int, len(in))
+	var details []Detail
+	for i, cells := range in {
+		var d []Detail
+		norm[i], d = checkCells(t, i, cells, keepNulls)
+		idx[i] = i
+		details = append(details, d...)
+	}
+	if details == nil {
+		d, err := checkLinks(ctx, tx, realm, t, norm, idx)
+		if err != nil {
+			return nil, err
+		}
+		details = d
+	}
 	if details != nil {
-		return nil, details
+		return nil, validationFailed("some cells are invalid; nothing was written", details)
 	}
-	b, err := json.Marshal(out)
+	out := make([][]byte, len(norm))
+	for i, m := range norm {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+// insertRows writes validated rows and returns them as stored.
+func insertRows(ctx context.Context, tx pgx.Tx, realm, tableID uuid.UUID, cells [][]byte) ([]Row, error) {
+	ids := make([]uuid.UUID, len(cells))
+	for i := range ids {
+		var err error
+		if ids[i], err = uuid.NewV7(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := tx.Query(ctx,
+		`INSERT INTO rows (realm_id, id, table_id, cells)
+		 SELECT $1, id, $2, cells FROM unnest($3::uuid[], $4::jsonb[]) WITH ORDINALITY AS r(id, cells, n)
+		 ORDER BY n
+		 RETURNING id, version, cells, created_at, updated_at`,
+		realm, tableID, ids, cells)
 	if err != nil {
-		return nil, []Detail{{Row: &index, Message: err.Error()}}
+		return nil, err
 	}
-	return b, nil
+	out := make([]Row, 0, len(cells))
+	var r Row
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Version, &r.Cells, &r.CreatedAt, &r.UpdatedAt}, func() error {
+		out = append(out, r)
+		return nil
+	})
+	// UUIDv7s made in one process increase, so id order is the batch's order.
+	slices.SortFunc(out, func(a, b Row) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	return out, err
 }
 
 func (h *Handler) createRows(c echo.Context) error {
@@ -71,153 +140,205 @@ func (h *Handler) createRows(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
 	var in struct {
 		Rows []RowInput `json:"rows"`
 	}
-	if err := decode(c, &in); err != nil {
+	if err := decodeFrom(bytes.NewReader(body), &in); err != nil {
 		return err
 	}
 	if len(in.Rows) == 0 {
 		return appdor.Errorf(appdor.EValidation, "send at least one row")
 	}
 	if len(in.Rows) > MaxBatch {
-		return &appdor.Error{Code: appdor.ETooLarge, Message: fmt.Sprintf("a batch has at most %d rows; this one has %d", MaxBatch, len(in.Rows))}
+		return tooLarge(len(in.Rows))
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
-	out := make([]Row, 0, len(in.Rows))
-	err = h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
+	realm := realmOf(c)
+	return h.writeOnce(c, body, http.StatusCreated, func(ctx context.Context, tx pgx.Tx) (any, error) {
 		t, err := loadTable(ctx, tx, realm, tableID)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		ids := make([]uuid.UUID, len(in.Rows))
-		cells := make([][]byte, len(in.Rows))
-		var details []Detail
+		cells := make([]map[string]json.RawMessage, len(in.Rows))
 		for i, r := range in.Rows {
-			b, d := checkCells(t, i, r.Cells)
-			details = append(details, d...)
-			cells[i] = b
-			if ids[i], err = uuid.NewV7(); err != nil {
-				return err
-			}
+			cells[i] = r.Cells
 		}
-		if details != nil {
-			return validationFailed("some cells are invalid; nothing was written", details)
-		}
-		rows, err := tx.Query(ctx,
-			`INSERT INTO rows (realm_id, id, table_id, cells)
-			 SELECT $1, id, $2, cells FROM unnest($3::uuid[], $4::jsonb[]) AS r(id, cells)
-			 RETURNING id, version, cells, created_at, updated_at`,
-			realm, tableID, ids, cells)
+		b, err := validateBatch(ctx, tx, realm, t, cells, false)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		var r Row
-		_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Version, &r.Cells, &r.CreatedAt, &r.UpdatedAt}, func() error {
-			out = append(out, r)
-			return nil
-		})
-		return err
+		out, err := insertRows(ctx, tx, realm, tableID, b)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"rows": out}, nil
 	})
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusCreated, map[string]any{"rows": out})
 }
 
-// cursor is what next_cursor encodes: where the next page starts.
-type cursor struct {
-	After uuid.UUID `json:"a"`
-}
-
-func (k cursor) encode() string {
-	b, _ := json.Marshal(k)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func parseCursor(s string) (cursor, error) {
-	var k cursor
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(b, &k)
-	}
-	if err != nil {
-		return cursor{}, appdor.Errorf(appdor.EInvalid, "cursor is not one this server gave out")
-	}
-	return k, nil
-}
-
-func parseLimit(s string) (int, error) {
-	if s == "" {
-		return DefaultLimit, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > MaxLimit {
-		return 0, appdor.Errorf(appdor.EInvalid, "limit is a whole number from 1 to %d", MaxLimit)
-	}
-	return n, nil
-}
-
-// listRows reads one keyset page in one statement: the table's existence and
-// its rows travel together, so an invisible table is told from an empty one
-// without a second round trip, and nothing counts the table.
-func (h *Handler) listRows(c echo.Context) error {
+// updateRows merges each patch's cells into its row and bumps the version,
+// all or nothing: a stale version is a conflict and changes no row.
+func (h *Handler) updateRows(c echo.Context) error {
 	tableID, err := idParam(c, "table")
 	if err != nil {
 		return err
 	}
-	limit, err := parseLimit(c.QueryParam("limit"))
+	body, err := readBody(c)
 	if err != nil {
 		return err
 	}
-	var after cursor
-	if s := c.QueryParam("cursor"); s != "" {
-		if after, err = parseCursor(s); err != nil {
-			return err
+	var in struct {
+		Rows []RowPatch `json:"rows"`
+	}
+	if err := decodeFrom(bytes.NewReader(body), &in); err != nil {
+		return err
+	}
+	if len(in.Rows) == 0 {
+		return appdor.Errorf(appdor.EValidation, "send at least one row")
+	}
+	if len(in.Rows) > MaxBatch {
+		return tooLarge(len(in.Rows))
+	}
+	seen := make(map[uuid.UUID]bool, len(in.Rows))
+	var details []Detail
+	for i, r := range in.Rows {
+		switch {
+		case r.ID == uuid.Nil:
+			details = append(details, Detail{Row: &i, Field: "id", Message: "each row needs its id"})
+		case r.Version < 1:
+			details = append(details, Detail{Row: &i, Field: "version", Message: "each row needs the version it was read at"})
+		case seen[r.ID]:
+			details = append(details, Detail{Row: &i, Field: "id", Message: "this row is listed twice"})
 		}
+		seen[r.ID] = true
+	}
+	if details != nil {
+		return validationFailed("some rows are invalid; nothing was written", details)
+	}
+	realm := realmOf(c)
+	return h.writeOnce(c, body, http.StatusOK, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		t, err := loadTable(ctx, tx, realm, tableID)
+		if err != nil {
+			return nil, err
+		}
+		cells := make([]map[string]json.RawMessage, len(in.Rows))
+		ids := make([]uuid.UUID, len(in.Rows))
+		versions := make([]int64, len(in.Rows))
+		for i, r := range in.Rows {
+			cells[i], ids[i], versions[i] = r.Cells, r.ID, r.Version
+		}
+		patches, err := validateBatch(ctx, tx, realm, t, cells, true)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := tx.Query(ctx,
+			`UPDATE rows r SET cells = jsonb_strip_nulls(r.cells || u.patch), version = r.version + 1, updated_at = now()
+			 FROM unnest($3::uuid[], $4::bigint[], $5::jsonb[]) AS u(id, version, patch)
+			 WHERE r.realm_id = $1 AND r.table_id = $2 AND r.id = u.id AND r.version = u.version
+			 RETURNING r.id, r.version, r.cells, r.created_at, r.updated_at`,
+			realm, tableID, ids, versions, patches)
+		if err != nil {
+			return nil, err
+		}
+		byID := make(map[uuid.UUID]Row, len(in.Rows))
+		var r Row
+		if _, err := pgx.ForEachRow(rows, []any{&r.ID, &r.Version, &r.Cells, &r.CreatedAt, &r.UpdatedAt}, func() error {
+			byID[r.ID] = r
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		if len(byID) < len(in.Rows) {
+			return nil, missedRows(ctx, tx, realm, tableID, in.Rows, byID)
+		}
+		out := make([]Row, len(in.Rows))
+		for i, p := range in.Rows {
+			out[i] = byID[p.ID]
+		}
+		return map[string]any{"rows": out}, nil
+	})
+}
+
+// missedRows explains why some rows of a PATCH were not updated: a row that
+// does not exist is not found; one whose version moved on is a conflict.
+func missedRows(ctx context.Context, tx pgx.Tx, realm, tableID uuid.UUID, in []RowPatch, done map[uuid.UUID]Row) error {
+	var missing []uuid.UUID
+	for _, p := range in {
+		if _, ok := done[p.ID]; !ok {
+			missing = append(missing, p.ID)
+		}
+	}
+	current := map[uuid.UUID]int64{}
+	rows, err := tx.Query(ctx, `SELECT id, version FROM rows WHERE realm_id = $1 AND table_id = $2 AND id = ANY($3)`,
+		realm, tableID, missing)
+	if err != nil {
+		return err
+	}
+	var id uuid.UUID
+	var v int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &v}, func() error { current[id] = v; return nil }); err != nil {
+		return err
+	}
+	var notFound, stale []Detail
+	for i, p := range in {
+		if _, ok := done[p.ID]; ok {
+			continue
+		}
+		if cv, ok := current[p.ID]; ok {
+			stale = append(stale, Detail{Row: &i, Field: "version", Message: fmt.Sprintf("the row is at version %d, not %d; read it again", cv, p.Version)})
+		} else {
+			notFound = append(notFound, Detail{Row: &i, Field: "id", Message: "no such row in this table"})
+		}
+	}
+	if notFound != nil {
+		return &appdor.Error{Code: appdor.ENotFound, Message: "some rows were not found; nothing was written", Details: notFound}
+	}
+	return &appdor.Error{Code: appdor.EConflict, Message: "some rows changed since they were read; nothing was written", Details: stale}
+}
+
+// deleteRows removes rows by id, all in one transaction, and takes them out of
+// the link cells that pointed at them. Ids that name no row are ignored, so a
+// retried delete is harmless.
+func (h *Handler) deleteRows(c echo.Context) error {
+	tableID, err := idParam(c, "table")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		IDs []uuid.UUID `json:"ids"`
+	}
+	if err := decode(c, &in); err != nil {
+		return err
+	}
+	if len(in.IDs) == 0 {
+		return appdor.Errorf(appdor.EValidation, "send at least one id")
+	}
+	if len(in.IDs) > MaxBatch {
+		return tooLarge(len(in.IDs))
 	}
 	ctx, realm := c.Request().Context(), realmOf(c)
-	out := make([]Row, 0, limit)
-	found := false
-	err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
-		for rows.Next() {
-			found = true
-			var (
-				id           *uuid.UUID
-				version      *int64
-				cells        []byte
-				created, upd *time.Time
-			)
-			if err := rows.Scan(&id, &version, &cells, &created, &upd); err != nil {
-				return err
-			}
-			if id != nil {
-				out = append(out, Row{ID: *id, Version: *version, Cells: cells, CreatedAt: *created, UpdatedAt: *upd})
-			}
+	var deleted []string
+	err = h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
+		if _, err := loadTable(ctx, tx, realm, tableID); err != nil {
+			return err
 		}
-		return rows.Err()
-	}, `SELECT r.id, r.version, r.cells, r.created_at, r.updated_at
-	    FROM tables t
-	    LEFT JOIN LATERAL (
-	        SELECT id, version, cells, created_at, updated_at FROM rows
-	        WHERE realm_id = t.realm_id AND table_id = t.id AND id > $3
-	        ORDER BY id LIMIT $4
-	    ) r ON true
-	    WHERE t.realm_id = $1 AND t.id = $2
-	    ORDER BY r.id`, realm, tableID, after.After, limit+1)
+		rows, err := tx.Query(ctx, `DELETE FROM rows WHERE realm_id = $1 AND table_id = $2 AND id = ANY($3) RETURNING id::text`,
+			realm, tableID, in.IDs)
+		if err != nil {
+			return err
+		}
+		var id string
+		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { deleted = append(deleted, id); return nil }); err != nil {
+			return err
+		}
+		return unlink(ctx, tx, realm, tableID, deleted)
+	})
 	if err != nil {
 		return err
 	}
-	if !found {
-		return appdor.Errorf(appdor.ENotFound, "table not found")
-	}
-	var next *string
-	if len(out) > limit {
-		out = out[:limit]
-		s := cursor{After: out[limit-1].ID}.encode()
-		next = &s
-	}
-	return c.JSON(http.StatusOK, map[string]any{"rows": out, "next_cursor": next})
+	return c.JSON(http.StatusOK, map[string]any{"deleted": len(deleted)})
 }
 
 func (h *Handler) getRow(c echo.Context) error {

@@ -161,6 +161,9 @@ func (h *Handler) createTable(c echo.Context) error {
 			types := make([]string, len(in.Fields))
 			options := make([][]byte, len(in.Fields))
 			for i, f := range in.Fields {
+				if err := checkLinkTarget(ctx, tx, realm, appID, f.Options); err != nil {
+					return err
+				}
 				names[i] = strings.TrimSpace(f.Name)
 				types[i] = string(f.Type)
 				options[i], _ = json.Marshal(f.Options)

@@ -1,0 +1,748 @@
+package grid
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/appdor/appdor"
+)
+
+// Limits on one read.
+const (
+	maxSortKeys = 5
+	maxFilters  = 20
+	maxQueryLen = 500
+	maxCursor   = 8192
+)
+
+// Filter operators.
+const (
+	OpEq       = "eq"
+	OpNeq      = "neq"
+	OpLt       = "lt"
+	OpLte      = "lte"
+	OpGt       = "gt"
+	OpGte      = "gte"
+	OpContains = "contains"
+	OpEmpty    = "empty"
+	OpNotEmpty = "not_empty"
+)
+
+var comparisons = map[string]string{OpLt: "<", OpLte: "<=", OpGt: ">", OpGte: ">="}
+
+// kind is how SQL compares a field's cells: the cast that makes its JSON value
+// sortable, and the Go type its parameters take.
+type kind int
+
+const (
+	kindText kind = iota // text, long_text, email, url, single_select, date (ISO dates sort as text)
+	kindNumber
+	kindBool
+	kindTime
+	kindList // multi_select, link: a JSON array of strings
+)
+
+func kindOf(t FieldType) kind {
+	switch t {
+	case TypeNumber:
+		return kindNumber
+	case TypeCheckbox:
+		return kindBool
+	case TypeDatetime:
+		return kindTime
+	case TypeMultiSelect, TypeLink:
+		return kindList
+	}
+	return kindText
+}
+
+// badRequest is the error of a malformed read parameter: 400 invalid_request,
+// with the parameter named in the details.
+func badRequest(param, format string, args ...any) error {
+	return &appdor.Error{Code: appdor.EInvalid, Message: fmt.Sprintf(format, args...),
+		Details: map[string]string{"parameter": param}}
+}
+
+// lookupField finds a field by id or, failing that, by name (case-insensitive).
+func lookupField(t *Table, ref string) *Field {
+	if f := t.field(ref); f != nil {
+		return f
+	}
+	for i := range t.Fields {
+		if strings.EqualFold(t.Fields[i].Name, ref) {
+			return &t.Fields[i]
+		}
+	}
+	return nil
+}
+
+// sortKey is one term of sort=: a field and its direction. Ties always fall
+// to the row id, ascending; empty cells sort last in both directions.
+type sortKey struct {
+	field *Field
+	desc  bool
+}
+
+// parseSort reads sort=FIELD,-FIELD2 against the table's fields.
+func parseSort(t *Table, s string) ([]sortKey, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) > maxSortKeys {
+		return nil, badRequest("sort", "sort by at most %d fields", maxSortKeys)
+	}
+	keys := make([]sortKey, 0, len(parts))
+	seen := map[uuid.UUID]bool{}
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		k := sortKey{}
+		if strings.HasPrefix(p, "-") {
+			k.desc, p = true, p[1:]
+		}
+		if k.field = lookupField(t, p); k.field == nil {
+			return nil, badRequest("sort", "sort: no field %q in this table", truncate(p))
+		}
+		if seen[k.field.ID] {
+			return nil, badRequest("sort", "sort: field %q is listed twice", truncate(p))
+		}
+		seen[k.field.ID] = true
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// sortSpec is the canonical form of a sort, which a cursor carries so that it
+// is never used with another sort.
+func sortSpec(keys []sortKey) string {
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if k.desc {
+			b.WriteByte('-')
+		}
+		b.WriteString(k.field.ID.String())
+	}
+	return b.String()
+}
+
+// filter is one filter=FIELD:OP:VALUE, its value parsed for the field's kind.
+type filter struct {
+	field *Field
+	op    string
+	value any // float64, bool, time.Time or string; nil for empty / not_empty
+}
+
+// parseFilter reads FIELD:OP:VALUE; the value is everything after the second
+// colon, so it may hold colons itself.
+func parseFilter(t *Table, s string) (filter, error) {
+	ref, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return filter{}, badRequest("filter", "a filter is FIELD:OP:VALUE")
+	}
+	op, val, hasVal := strings.Cut(rest, ":")
+	f := filter{field: lookupField(t, ref), op: op}
+	if f.field == nil {
+		return filter{}, badRequest("filter", "filter: no field %q in this table", truncate(ref))
+	}
+	k := kindOf(f.field.Type)
+	switch op {
+	case OpEmpty, OpNotEmpty:
+		if val != "" {
+			return filter{}, badRequest("filter", "filter: %s takes no value", op)
+		}
+		return f, nil
+	case OpEq, OpNeq:
+	case OpLt, OpLte, OpGt, OpGte:
+		if k == kindList || k == kindBool {
+			return filter{}, badRequest("filter", "filter: a %s field has no order; use eq, neq, contains, empty or not_empty", f.field.Type)
+		}
+	case OpContains:
+		if k != kindText && k != kindList {
+			return filter{}, badRequest("filter", "filter: contains applies to text and list fields, not %s", f.field.Type)
+		}
+	default:
+		return filter{}, badRequest("filter", "filter: unknown operator %q; use one of eq neq lt lte gt gte contains empty not_empty", truncate(op))
+	}
+	if !hasVal {
+		return filter{}, badRequest("filter", "filter: %s needs a value (FIELD:%s:VALUE)", op, op)
+	}
+	v, err := filterValue(f.field.Type, val)
+	if err != nil {
+		return filter{}, badRequest("filter", "filter on %q: %v", f.field.Name, err)
+	}
+	f.value = v
+	return f, nil
+}
+
+// filterValue parses a filter value as the field's type would hold it.
+func filterValue(t FieldType, s string) (any, error) {
+	switch t {
+	case TypeNumber:
+		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil, fmt.Errorf("expected a finite number")
+		}
+		return v, nil
+	case TypeCheckbox:
+		v, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("expected true or false")
+		}
+		return v, nil
+	case TypeDate:
+		d, err := time.Parse(time.DateOnly, s)
+		if err != nil {
+			return nil, fmt.Errorf("expected a date as YYYY-MM-DD")
+		}
+		return d.Format(time.DateOnly), nil
+	case TypeDatetime:
+		if d, err := time.Parse(time.DateOnly, s); err == nil {
+			return d, nil
+		}
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return nil, fmt.Errorf("expected a date and time as RFC 3339")
+		}
+		return v.UTC(), nil
+	}
+	if utf8.RuneCountInString(s) > maxTextLen || !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		return nil, fmt.Errorf("expected text of at most %d characters", maxTextLen)
+	}
+	return s, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+// cursor is what next_cursor encodes: the sort it belongs to, the sort values
+// of the last row of the page, and that row's id.
+type cursor struct {
+	Sort   string            `json:"s,omitempty"`
+	Values []json.RawMessage `json:"v,omitempty"`
+	After  uuid.UUID         `json:"a"`
+}
+
+func (k cursor) encode() string {
+	b, _ := json.Marshal(k)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func errCursor() error {
+	return badRequest("cursor", "cursor is not one this server gave out for this sort")
+}
+
+// parseCursor decodes a cursor. Its values are checked against the sort by
+// cursorValues.
+func parseCursor(s string) (cursor, error) {
+	var k cursor
+	if len(s) > maxCursor {
+		return cursor{}, errCursor()
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &k)
+	}
+	if err != nil {
+		return cursor{}, errCursor()
+	}
+	return k, nil
+}
+
+// cursorValues turns a cursor's values into typed parameters for keys; nil is
+// an empty cell.
+func cursorValues(k cursor, keys []sortKey) ([]any, error) {
+	if k.Sort != sortSpec(keys) || len(k.Values) != len(keys) {
+		return nil, errCursor()
+	}
+	out := make([]any, len(keys))
+	for i, key := range keys {
+		raw := k.Values[i]
+		if string(raw) == "null" {
+			continue
+		}
+		var err error
+		switch kindOf(key.field.Type) {
+		case kindNumber:
+			var v float64
+			err = json.Unmarshal(raw, &v)
+			out[i] = v
+		case kindBool:
+			var v bool
+			err = json.Unmarshal(raw, &v)
+			out[i] = v
+		case kindTime:
+			var v time.Time
+			err = json.Unmarshal(raw, &v)
+			out[i] = v
+		default:
+			var v string
+			err = json.Unmarshal(raw, &v)
+			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+				err = errCursor()
+			}
+			out[i] = v
+		}
+		if err != nil {
+			return nil, errCursor()
+		}
+	}
+	return out, nil
+}
+
+// sqlBuilder collects a statement's parameters; values never enter the SQL text.
+type sqlBuilder struct {
+	args []any
+}
+
+func (b *sqlBuilder) arg(v any) string {
+	b.args = append(b.args, v)
+	return "$" + strconv.Itoa(len(b.args))
+}
+
+// cell is the raw JSON of a field's cell in row r.
+func (b *sqlBuilder) cell(f *Field) string {
+	return "(r.cells -> " + b.arg(f.ID.String()) + "::text)"
+}
+
+// expr is a field's cell cast for comparison and sorting. A value of another
+// JSON type than the field's (which validation never writes) reads as empty.
+func (b *sqlBuilder) expr(f *Field) string {
+	c := b.cell(f)
+	switch kindOf(f.Type) {
+	case kindNumber:
+		return "(CASE WHEN jsonb_typeof(" + c + ") = 'number' THEN (" + c + ")::float8 END)"
+	case kindBool:
+		return "(CASE WHEN jsonb_typeof(" + c + ") = 'boolean' THEN (" + c + ")::boolean END)"
+	case kindTime:
+		return "(CASE WHEN jsonb_typeof(" + c + ") = 'string' THEN (" + c + " #>> '{}')::timestamptz END)"
+	case kindList:
+		return "(" + c + ")::text"
+	}
+	return "(CASE WHEN jsonb_typeof(" + c + ") = 'string' THEN " + c + " #>> '{}' END)"
+}
+
+// param is a typed parameter for comparing with a field's expr.
+func (b *sqlBuilder) param(f *Field, v any) string {
+	p := b.arg(v)
+	switch kindOf(f.Type) {
+	case kindNumber:
+		return p + "::float8"
+	case kindBool:
+		return p + "::boolean"
+	case kindTime:
+		return p + "::timestamptz"
+	}
+	return p + "::text"
+}
+
+// likeEscape makes s match itself literally in ILIKE.
+var likeEscape = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
+// where renders one filter as a boolean SQL expression.
+func (b *sqlBuilder) where(f filter) string {
+	empty := "coalesce(" + b.cell(f.field) + ` IN ('""'::jsonb, '[]'::jsonb, 'null'::jsonb), true)`
+	switch f.op {
+	case OpEmpty:
+		return empty
+	case OpNotEmpty:
+		return "NOT " + empty
+	}
+	if kindOf(f.field.Type) == kindList {
+		has := "coalesce(" + b.cell(f.field) + " ? " + b.arg(f.value) + "::text, false)"
+		if f.op == OpNeq {
+			return "NOT " + has
+		}
+		return has
+	}
+	x := b.expr(f.field)
+	switch f.op {
+	case OpEq:
+		return x + " = " + b.param(f.field, f.value)
+	case OpNeq:
+		return x + " IS DISTINCT FROM " + b.param(f.field, f.value)
+	case OpContains:
+		return x + " ILIKE " + b.arg("%"+likeEscape.Replace(f.value.(string))+"%") + "::text"
+	}
+	return x + " " + comparisons[f.op] + " " + b.param(f.field, f.value)
+}
+
+// readPlan is a parsed read: what to keep, in which order, from where.
+type readPlan struct {
+	keys    []sortKey
+	filters []filter
+	q       string
+	after   *cursor
+	values  []any
+}
+
+// conditions renders the filters and the search as SQL conditions on r.
+func (b *sqlBuilder) conditions(p *readPlan) []string {
+	var conds []string
+	for _, f := range p.filters {
+		conds = append(conds, b.where(f))
+	}
+	if p.q != "" {
+		conds = append(conds, "r.search @@ websearch_to_tsquery('simple', "+b.arg(p.q)+"::text)")
+	}
+	return conds
+}
+
+// buildPage renders the keyset page query of a sorted or filtered read: the
+// rows after the cursor in (sort keys, id) order, empty cells last, with the
+// sort values of each row as extra columns for the next cursor.
+func buildPage(realm, tableID uuid.UUID, p *readPlan, limit int) (string, []any) {
+	b := &sqlBuilder{}
+	conds := []string{"r.realm_id = " + b.arg(realm), "r.table_id = " + b.arg(tableID)}
+	conds = append(conds, b.conditions(p)...)
+	var cols, order []string
+	exprs := make([]string, len(p.keys))
+	for i, k := range p.keys {
+		exprs[i] = b.expr(k.field)
+		dir := " ASC"
+		if k.desc {
+			dir = " DESC"
+		}
+		cols = append(cols, exprs[i])
+		order = append(order, "("+exprs[i]+") IS NULL", exprs[i]+dir)
+	}
+	order = append(order, "r.id")
+	if p.after != nil {
+		// (k1 after v1) OR (k1 = v1 AND k2 after v2) OR … OR (all equal AND id > after)
+		var ors []string
+		var eqs []string
+		for i, k := range p.keys {
+			x, v := exprs[i], p.values[i]
+			if v == nil {
+				// Empty cells sort last: after an empty one come only empty
+				// ones, which tie on this key.
+				eqs = append(eqs, x+" IS NULL")
+				continue
+			}
+			pv := b.param(k.field, v)
+			cmp := " > "
+			if k.desc {
+				cmp = " < "
+			}
+			after := "(" + x + cmp + pv + " OR " + x + " IS NULL)"
+			ors = append(ors, "("+strings.Join(append(slices.Clone(eqs), after), " AND ")+")")
+			eqs = append(eqs, x+" = "+pv)
+		}
+		ors = append(ors, "("+strings.Join(append(slices.Clone(eqs), "r.id > "+b.arg(p.after.After)), " AND ")+")")
+		conds = append(conds, "("+strings.Join(ors, " OR ")+")")
+	}
+	sel := "r.id, r.version, r.cells, r.created_at, r.updated_at"
+	if len(cols) > 0 {
+		sel += ", " + strings.Join(cols, ", ")
+	}
+	sql := "SELECT " + sel + " FROM rows r WHERE " + strings.Join(conds, " AND ") +
+		" ORDER BY " + strings.Join(order, ", ") + " LIMIT " + b.arg(limit+1)
+	return sql, b.args
+}
+
+// buildCount renders the count of the rows a read's filters and search keep.
+func buildCount(realm, tableID uuid.UUID, p *readPlan) (string, []any) {
+	b := &sqlBuilder{}
+	conds := []string{"r.realm_id = " + b.arg(realm), "r.table_id = " + b.arg(tableID)}
+	conds = append(conds, b.conditions(p)...)
+	return "SELECT count(*) FROM rows r WHERE " + strings.Join(conds, " AND "), b.args
+}
+
+// readParams are a read's query parameters before the table is known.
+type readParams struct {
+	sort    string
+	filters []string
+	q       string
+	cursor  *cursor
+}
+
+func parseReadParams(c echo.Context, withCursor bool) (readParams, error) {
+	qp := c.QueryParams()
+	p := readParams{sort: qp.Get("sort"), filters: qp["filter"], q: strings.TrimSpace(qp.Get("q"))}
+	if len(p.filters) > maxFilters {
+		return p, badRequest("filter", "at most %d filters", maxFilters)
+	}
+	if utf8.RuneCountInString(p.q) > maxQueryLen || !utf8.ValidString(p.q) || strings.ContainsRune(p.q, 0) {
+		return p, badRequest("q", "q is text of at most %d characters", maxQueryLen)
+	}
+	if s := qp.Get("cursor"); withCursor && s != "" {
+		k, err := parseCursor(s)
+		if err != nil {
+			return p, err
+		}
+		p.cursor = &k
+	}
+	return p, nil
+}
+
+// plan checks the parameters against the table's fields.
+func (p readParams) plan(t *Table) (*readPlan, error) {
+	rp := &readPlan{q: p.q, after: p.cursor}
+	var err error
+	if rp.keys, err = parseSort(t, p.sort); err != nil {
+		return nil, err
+	}
+	for _, s := range p.filters {
+		f, err := parseFilter(t, s)
+		if err != nil {
+			return nil, err
+		}
+		rp.filters = append(rp.filters, f)
+	}
+	if rp.after != nil {
+		if rp.values, err = cursorValues(*rp.after, rp.keys); err != nil {
+			return nil, err
+		}
+	}
+	return rp, nil
+}
+
+// needsFields tells whether a read must know the table's fields: sorting and
+// filtering do; a plain read or a search does not.
+func (p readParams) needsFields() bool { return p.sort != "" || len(p.filters) > 0 }
+
+// loadTableForRead reads a table's definition in its own round trip.
+func (h *Handler) loadTableForRead(c echo.Context, tableID uuid.UUID) (*Table, error) {
+	var t *Table
+	err := h.db.Query(c.Request().Context(), realmOf(c), func(rows pgx.Rows) (err error) {
+		t, err = scanTable(rows)
+		return err
+	}, tableSQL, realmOf(c), tableID)
+	return t, err
+}
+
+// plainPageSQL reads one keyset page by id, optionally searched, in one
+// statement: the table's existence and its rows travel together, so an
+// invisible table is told from an empty one without a second round trip, and
+// nothing counts the table. has_links says whether a second query for link
+// display values is worth making.
+const plainPageSQL = `
+SELECT r.id, r.version, r.cells, r.created_at, r.updated_at,
+       EXISTS (SELECT 1 FROM fields f WHERE f.realm_id = t.realm_id AND f.table_id = t.id AND f.type = 'link')
+FROM tables t
+LEFT JOIN LATERAL (
+    SELECT id, version, cells, created_at, updated_at FROM rows
+    WHERE realm_id = t.realm_id AND table_id = t.id AND id > $3
+      AND ($5::text = '' OR search @@ websearch_to_tsquery('simple', $5::text))
+    ORDER BY id LIMIT $4
+) r ON true
+WHERE t.realm_id = $1 AND t.id = $2
+ORDER BY r.id`
+
+// page is one read's answer.
+type page struct {
+	Rows       []Row              `json:"rows"`
+	NextCursor *string            `json:"next_cursor"`
+	Links      map[string]*string `json:"links"`
+}
+
+// readPage reads one page: the plain path in one round trip, the sorted or
+// filtered path after reading the fields, and link display values in one more
+// query when the table has links.
+func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limit int) (*page, error) {
+	ctx, realm := c.Request().Context(), realmOf(c)
+	out := &page{Rows: make([]Row, 0, limit), Links: map[string]*string{}}
+	var hasLinks bool
+	var lastValues []any
+	var spec string
+	if !p.needsFields() {
+		after := uuid.Nil
+		if p.cursor != nil {
+			if p.cursor.Sort != "" || len(p.cursor.Values) > 0 {
+				return nil, errCursor()
+			}
+			after = p.cursor.After
+		}
+		found := false
+		err := h.db.Query(ctx, realm, func(rows pgx.Rows) error {
+			for rows.Next() {
+				found = true
+				var (
+					id           *uuid.UUID
+					version      *int64
+					cells        []byte
+					created, upd *time.Time
+				)
+				if err := rows.Scan(&id, &version, &cells, &created, &upd, &hasLinks); err != nil {
+					return err
+				}
+				if id != nil {
+					out.Rows = append(out.Rows, Row{ID: *id, Version: *version, Cells: cells, CreatedAt: *created, UpdatedAt: *upd})
+				}
+			}
+			return rows.Err()
+		}, plainPageSQL, realm, tableID, after, limit+1, p.q)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, appdor.Errorf(appdor.ENotFound, "table not found")
+		}
+	} else {
+		t, err := h.loadTableForRead(c, tableID)
+		if err != nil {
+			return nil, err
+		}
+		plan, err := p.plan(t)
+		if err != nil {
+			return nil, err
+		}
+		spec = sortSpec(plan.keys)
+		for _, f := range t.Fields {
+			hasLinks = hasLinks || f.Type == TypeLink
+		}
+		sql, args := buildPage(realm, tableID, plan, limit)
+		n := len(plan.keys)
+		err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
+			for rows.Next() {
+				var r Row
+				vals := make([]any, n)
+				dest := []any{&r.ID, &r.Version, &r.Cells, &r.CreatedAt, &r.UpdatedAt}
+				for i := range vals {
+					dest = append(dest, &vals[i])
+				}
+				if err := rows.Scan(dest...); err != nil {
+					return err
+				}
+				out.Rows = append(out.Rows, r)
+				if len(out.Rows) == limit {
+					lastValues = vals
+				}
+			}
+			return rows.Err()
+		}, sql, args...)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(out.Rows) > limit {
+		out.Rows = out.Rows[:limit]
+		k := cursor{Sort: spec, After: out.Rows[limit-1].ID}
+		for _, v := range lastValues {
+			b, err := json.Marshal(v)
+			if err != nil {
+				return nil, err
+			}
+			k.Values = append(k.Values, b)
+		}
+		s := k.encode()
+		out.NextCursor = &s
+	}
+	if hasLinks && len(out.Rows) > 0 {
+		var err error
+		if out.Links, err = h.linkDisplays(ctx, realm, tableID, out.Rows); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// listRows serves GET /tables/{table}/rows.
+func (h *Handler) listRows(c echo.Context) error {
+	tableID, err := idParam(c, "table")
+	if err != nil {
+		return err
+	}
+	limit, err := parseLimit(c.QueryParam("limit"))
+	if err != nil {
+		return err
+	}
+	p, err := parseReadParams(c, true)
+	if err != nil {
+		return err
+	}
+	pg, err := h.readPage(c, tableID, p, limit)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, pg)
+}
+
+func parseLimit(s string) (int, error) {
+	if s == "" {
+		return DefaultLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxLimit {
+		return 0, badRequest("limit", "limit is a whole number from 1 to %d", MaxLimit)
+	}
+	return n, nil
+}
+
+// countRows serves GET /tables/{table}/count: the rows a read with the same
+// filters and search would walk. It is the only place that counts.
+func (h *Handler) countRows(c echo.Context) error {
+	tableID, err := idParam(c, "table")
+	if err != nil {
+		return err
+	}
+	p, err := parseReadParams(c, false)
+	if err != nil {
+		return err
+	}
+	ctx, realm := c.Request().Context(), realmOf(c)
+	var n *int64
+	if len(p.filters) == 0 {
+		found := false
+		err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
+			for rows.Next() {
+				found = true
+				if err := rows.Scan(&n); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		}, `SELECT (SELECT count(*) FROM rows r
+		            WHERE r.realm_id = t.realm_id AND r.table_id = t.id
+		              AND ($3::text = '' OR r.search @@ websearch_to_tsquery('simple', $3::text)))
+		    FROM tables t WHERE t.realm_id = $1 AND t.id = $2`, realm, tableID, p.q)
+		if err == nil && !found {
+			err = appdor.Errorf(appdor.ENotFound, "table not found")
+		}
+	} else {
+		var t *Table
+		if t, err = h.loadTableForRead(c, tableID); err != nil {
+			return err
+		}
+		p.sort = ""
+		plan, err := p.plan(t)
+		if err != nil {
+			return err
+		}
+		sql, args := buildCount(realm, tableID, plan)
+		err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(&n); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		}, sql, args...)
+	}
+	if err != nil {
+		return err
+	}
+	var count int64
+	if n != nil {
+		count = *n
+	}
+	return c.JSON(http.StatusOK, map[string]int64{"count": count})
+}
