@@ -25,6 +25,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/appdor/appdor/grid"
+	"github.com/appdor/appdor/limiter"
 	"github.com/appdor/appdor/migrations"
 	"github.com/appdor/appdor/rls"
 	"github.com/appdor/appdor/tenancy"
@@ -42,6 +43,11 @@ type Config struct {
 	AcquireTimeout   time.Duration
 	BodyLimit        string
 	Version          string
+	// LimiterOff turns the rate limiter off (for diagnosis only).
+	LimiterOff bool
+	// RealmRequestsPerMinute is every realm's API ceiling unless the realm
+	// sets its own; 0 for limiter.DefaultRealmLimit.
+	RealmRequestsPerMinute int
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -78,6 +84,9 @@ type App struct {
 	tenancy *tenancy.Service
 	echo    *echo.Echo
 	metrics *prometheus.Registry
+
+	limiter        *limiter.Limiter
+	stopTokenCache func()
 }
 
 // New connects to PostgreSQL and Redis, migrates when asked (or checks that
@@ -132,6 +141,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 
 	a.db = rls.New(a.pool, cfg.StatementTimeout, cfg.AcquireTimeout)
 	a.tenancy = tenancy.New(a.pool)
+	a.startLimiter(ctx)
 	a.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.routes()
 	ok = true
@@ -229,12 +239,13 @@ func (a *App) routes() {
 	// passes the gates in this order. Every route on api reads or writes
 	// realm data, or a realm's people and tokens.
 	v1 := e.Group("/api/v1")
-	api := v1.Group("", a.tenancy.Authenticate())
+	api := v1.Group("", a.tenancy.Authenticate(), a.rateLimit())
 	v1.GET("/openapi.json", openAPIDocument)
 	a.tenancy.PeopleRoutes(v1)
 
 	gh := grid.New(a.db)
 	gh.Routes(api)
+	a.tenancy.TokenRoutes(api)
 }
 
 // Handler is the application as an http.Handler, for tests.
@@ -280,6 +291,7 @@ func (a *App) ServeListener(ctx context.Context, ln net.Listener) error {
 
 // Close releases the connections.
 func (a *App) Close() {
+	a.stopLimiter()
 	if a.redis != nil {
 		a.redis.Close()
 	}

@@ -2,21 +2,41 @@ package tenancy
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/appdor/appdor/rls"
 )
 
 // LookupToken finds the live token with this secret: its realm, its member's
-// role and its ceilings, in one query. A revoked or unknown token is
-// unauthorized.
+// role and its ceilings, in one query, or in the token cache when it was
+// started (StartTokenCache) and holds the answer. A revoked or unknown token
+// is unauthorized.
 func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, error) {
 	if !strings.HasPrefix(secret, tokenPrefix) || len(secret) > 100 {
 		return nil, errUnauthorized
 	}
+	hash := sha256.Sum256([]byte(secret))
+	c := s.tokenCache()
+	var gen uint64
+	if c != nil {
+		if p, ok := c.get(hash); ok {
+			return p, nil
+		}
+		gen = c.gen.Load()
+	}
+	p, err := s.lookupToken(ctx, hash[:])
+	if err == nil && c != nil {
+		c.put(hash, p, gen)
+	}
+	return p, err
+}
+
+func (s *Service) lookupToken(ctx context.Context, hash []byte) (*Principal, error) {
 	p := &Principal{}
 	var tokenRPM, realmRPM *int
 	err := s.pool.QueryRow(ctx,
@@ -25,7 +45,7 @@ func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, e
 		 JOIN memberships m ON m.realm_id = t.realm_id AND m.user_id = t.user_id
 		 JOIN realms r ON r.id = t.realm_id
 		 LEFT JOIN token_limits l ON l.realm_id = t.realm_id AND l.token_id = t.id
-		 WHERE t.hash = $1 AND t.revoked_at IS NULL`, hashSecret(secret)).
+		 WHERE t.hash = $1 AND t.revoked_at IS NULL`, hash).
 		Scan(&p.TokenID, &p.RealmID, &p.UserID, &p.Role, &tokenRPM, &realmRPM)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errUnauthorized
@@ -40,4 +60,12 @@ func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, e
 		p.RealmRPM = *realmRPM
 	}
 	return p, nil
+}
+
+// forgetToken drops a token from this process's cache at once; other
+// replicas learn of it through TokenChannel.
+func (s *Service) forgetToken(id uuid.UUID) {
+	if c := s.tokenCache(); c != nil {
+		c.forget(id)
+	}
 }

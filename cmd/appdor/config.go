@@ -39,13 +39,15 @@ var (
 	sBodyLimit   = setting{"body-limit", "APPDOR_BODY_LIMIT", "10M", "largest request body"}
 	sMigrate     = setting{"migrate", "APPDOR_MIGRATE", "true", "apply pending migrations at start"}
 	sLogLevel    = setting{"log-level", "APPDOR_LOG_LEVEL", "info", "debug, info, warn or error"}
+	sLimiter     = setting{"limiter", "APPDOR_LIMITER", "on", "rate limit the API with GCRA in Redis; off is for diagnosis only"}
+	sRealmRPM    = setting{"realm-requests-per-minute", "APPDOR_REALM_REQUESTS_PER_MINUTE", "6000", "every realm's API ceiling unless the realm sets its own"}
 )
 
 // connSettings are the settings every command that touches the database has.
 var connSettings = []setting{sDatabaseURL, sRedisURL}
 
 // serveSettings are those of `appdor serve`.
-var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel}
+var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -105,6 +107,15 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	}
 	if cfg.Migrate, err = boolean(cmd, sMigrate); err != nil {
 		return cfg, err
+	}
+	limiterOn, err := boolean(cmd, sLimiter)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.LimiterOff = !limiterOn
+	if cfg.RealmRequestsPerMinute, err = strconv.Atoi(str(cmd, sRealmRPM)); err != nil ||
+		cfg.RealmRequestsPerMinute < 1 || cfg.RealmRequestsPerMinute > 1_000_000 {
+		return cfg, configError(sRealmRPM, "%q is not a number from 1 to 1000000", str(cmd, sRealmRPM))
 	}
 	return cfg, nil
 }

@@ -1,0 +1,265 @@
+// Package limiter is Appdor's abuse and quota layer: a GCRA rate limiter whose
+// state lives in Redis, so that every replica shares one clock and one count.
+// It keeps two ceilings per request, the token's own (when it has one) and its
+// realm's, under keys that carry the realm, so that one realm's runaway agent
+// can never spend another realm's allowance.
+//
+// It owns the 429 middleware and the audit of a refusal episode. It must never
+// become the reason the API is down: when Redis does not answer within a short
+// timeout, the request is allowed (fail open), counted and logged, and the
+// fairness controller, which needs no Redis, still isolates the realms.
+// A refusal touches Redis only, never PostgreSQL.
+package limiter
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/appdor/appdor/rls"
+)
+
+// Scope names the ceiling a decision was made against.
+type Scope string
+
+const (
+	ScopeToken Scope = "token" // the token's own ceiling
+	ScopeRealm Scope = "realm" // the realm's API ceiling
+)
+
+// Defaults for Config.
+const (
+	DefaultRealmLimit       = 6000 // requests per minute
+	DefaultTimeout          = 50 * time.Millisecond
+	DefaultPause            = 500 * time.Millisecond
+	DefaultErrorLogInterval = 10 * time.Second
+)
+
+// Subject is who a request is charged to.
+type Subject struct {
+	Realm uuid.UUID
+	// Token is the API token, or uuid.Nil for a browser session, which is
+	// charged to its realm's ceiling only.
+	Token uuid.UUID
+	// User is who acts; it names the actor of a session's audit row.
+	User uuid.UUID
+	// TokenLimit is the token's ceiling per minute; 0 for none.
+	TokenLimit int
+	// RealmLimit is the realm's ceiling per minute; 0 for the server's default.
+	RealmLimit int
+}
+
+// Decision is the limiter's answer for one request.
+type Decision struct {
+	Allowed bool
+	Scope   Scope
+	// Limit, Remaining and Reset describe the tightest ceiling that applied:
+	// for an allowance the one with the fewest requests left, for a refusal
+	// the one that refused. Limit is 0 when the limiter could not decide.
+	Limit     int
+	Remaining int
+	Reset     time.Duration // until that ceiling is back to a full burst
+	// RetryAfter is how long a refused request should wait.
+	RetryAfter time.Duration
+	// FirstRefusal is true for the refusal that opened the key's episode.
+	FirstRefusal bool
+	// Err is why the limiter could not ask Redis; the request is then allowed.
+	Err error
+}
+
+// Config is what New needs. Client is required.
+type Config struct {
+	Client rueidis.Client
+	// DB, when set, receives the audit row of each refusal episode.
+	DB               *rls.DB
+	Log              *slog.Logger
+	Registerer       prometheus.Registerer
+	RealmLimit       int           // default realm ceiling per minute; 0 for DefaultRealmLimit
+	Timeout          time.Duration // per Redis call; 0 for DefaultTimeout
+	Pause            time.Duration // after a Redis failure, fail open without asking for this long
+	ErrorLogInterval time.Duration // at most one "redis unreachable" line per interval
+}
+
+// Limiter decides requests against the ceilings in Redis.
+type Limiter struct {
+	client      rueidis.Client
+	log         *slog.Logger
+	realmLimit  int
+	timeout     time.Duration
+	pause       time.Duration
+	logInterval time.Duration
+	audit       *auditor
+
+	decisions *prometheus.CounterVec
+	latency   prometheus.Histogram
+
+	pausedUntil atomic.Int64 // unix ns; Redis is not asked before then
+	failing     atomic.Bool  // the last call failed; the next success is logged
+	lastLog     atomic.Int64 // unix ns of the last "redis unreachable" line
+	unlogged    atomic.Int64 // failed decisions since that line
+
+	// now, when set (tests only), replaces Redis TIME with a fake clock in µs.
+	now func() int64
+}
+
+// New returns a Limiter and registers its metrics. Call Close when done.
+func New(cfg Config) *Limiter {
+	l := &Limiter{
+		client:      cfg.Client,
+		log:         cfg.Log,
+		realmLimit:  cfg.RealmLimit,
+		timeout:     cfg.Timeout,
+		pause:       cfg.Pause,
+		logInterval: cfg.ErrorLogInterval,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appdor_limiter_decisions_total",
+			Help: "Rate limiter decisions by realm, by the ceiling that decided (token or realm), and by result: allowed, refused, or error (Redis unreachable; allowed).",
+		}, []string{"realm", "scope", "result"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "appdor_limiter_redis_seconds",
+			Help:    "Latency of the limiter's Redis call (one script run per decision), failures included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if l.realmLimit <= 0 {
+		l.realmLimit = DefaultRealmLimit
+	}
+	if l.timeout <= 0 {
+		l.timeout = DefaultTimeout
+	}
+	if l.pause <= 0 {
+		l.pause = DefaultPause
+	}
+	if l.logInterval <= 0 {
+		l.logInterval = DefaultErrorLogInterval
+	}
+	l.audit = newAuditor(cfg.DB, l.log)
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(l.decisions, l.latency, l.audit.failures)
+	}
+	return l
+}
+
+// Close stops the audit writer after the rows already queued.
+func (l *Limiter) Close() { l.audit.close() }
+
+// Flush waits until every audit row queued so far is written (or dropped).
+func (l *Limiter) Flush(ctx context.Context) error { return l.audit.flush(ctx) }
+
+// RealmLimit is the default realm ceiling per minute.
+func (l *Limiter) RealmLimit() int { return l.realmLimit }
+
+// TokenKey and RealmKey name the quota keys. The realm is the hash tag, so a
+// request's two keys share a Redis Cluster slot and one script may touch both.
+func TokenKey(realm, token uuid.UUID) string {
+	return "appdor:quota:{" + realm.String() + "}:" + token.String()
+}
+
+// RealmKey names a realm's own quota key.
+func RealmKey(realm uuid.UUID) string { return "appdor:quota:{" + realm.String() + "}" }
+
+// errPaused is the error of a decision taken while Redis is left alone after
+// a failure.
+var errPaused = errors.New("limiter: redis failed recently; not asked")
+
+// Allow decides one request of s: one Redis round trip, or none while paused
+// after a failure. It never fails: when Redis cannot answer, the request is
+// allowed and Decision.Err says why.
+func (l *Limiter) Allow(ctx context.Context, s Subject) Decision {
+	var (
+		keys   [2]string
+		args   [5]string
+		scopes [2]Scope
+		limits [2]int
+		n      int
+	)
+	if s.Token != uuid.Nil && s.TokenLimit > 0 {
+		keys[n], scopes[n], limits[n] = TokenKey(s.Realm, s.Token), ScopeToken, s.TokenLimit
+		n++
+	}
+	realmLimit := s.RealmLimit
+	if realmLimit <= 0 {
+		realmLimit = l.realmLimit
+	}
+	keys[n], scopes[n], limits[n] = RealmKey(s.Realm), ScopeRealm, realmLimit
+	n++
+	for i := range n {
+		r := rateOf(limits[i])
+		args[2*i] = strconv.FormatInt(r.emission, 10)
+		args[2*i+1] = strconv.FormatInt(r.burst, 10)
+	}
+	if l.now != nil {
+		args[2*n] = strconv.FormatInt(l.now(), 10)
+	}
+
+	realm := s.Realm.String()
+	if until := l.pausedUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		return l.failOpen(realm, scopes[0], errPaused, false)
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	start := time.Now()
+	vals, err := gcraScript.Exec(cctx, l.client, keys[:n], args[:2*n+1]).AsIntSlice()
+	l.latency.Observe(time.Since(start).Seconds())
+	cancel()
+	if err == nil && (len(vals) != 6 || vals[1] < 1 || vals[1] > int64(n)) {
+		err = errors.New("limiter: unexpected script reply")
+	}
+	if err != nil {
+		// A request whose client went away says nothing about Redis.
+		return l.failOpen(realm, scopes[0], err, ctx.Err() == nil)
+	}
+	if l.failing.CompareAndSwap(true, false) {
+		l.log.Info("limiter: redis answers again; deciding requests", slog.Int64("failed_decisions", l.unlogged.Swap(0)))
+	}
+
+	i := vals[1] - 1
+	d := Decision{
+		Allowed:      vals[0] == 1,
+		Scope:        scopes[i],
+		Limit:        limits[i],
+		Remaining:    int(vals[3]),
+		RetryAfter:   time.Duration(vals[2]) * time.Microsecond,
+		Reset:        time.Duration(vals[4]) * time.Microsecond,
+		FirstRefusal: vals[5] == 1,
+	}
+	if d.Allowed {
+		l.decisions.WithLabelValues(realm, string(d.Scope), "allowed").Inc()
+		return d
+	}
+	l.decisions.WithLabelValues(realm, string(d.Scope), "refused").Inc()
+	if d.FirstRefusal {
+		l.audit.enqueue(refusal{realm: s.Realm, token: s.Token, user: s.User, scope: d.Scope, limit: d.Limit})
+	}
+	return d
+}
+
+// failOpen allows a request the limiter could not decide, counts it, logs at
+// most once per interval, and (when Redis itself failed) leaves Redis alone
+// for a moment, so a Redis that hangs costs requests nothing but the first
+// timeout.
+func (l *Limiter) failOpen(realm string, scope Scope, err error, redisFailed bool) Decision {
+	l.decisions.WithLabelValues(realm, string(scope), "error").Inc()
+	now := time.Now().UnixNano()
+	if redisFailed {
+		l.pausedUntil.Store(now + int64(l.pause))
+		l.failing.Store(true)
+	}
+	l.unlogged.Add(1)
+	last := l.lastLog.Load()
+	if now-last >= int64(l.logInterval) && l.lastLog.CompareAndSwap(last, now) {
+		l.log.Warn("limiter: redis unreachable; allowing requests unlimited",
+			slog.String("error", err.Error()), slog.Int64("failed_decisions", l.unlogged.Swap(0)),
+			slog.Duration("log_interval", l.logInterval))
+	}
+	return Decision{Allowed: true, Scope: scope, Err: err}
+}

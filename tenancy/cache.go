@@ -1,0 +1,191 @@
+package tenancy
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultTokenCacheTTL bounds how long a cached token answer lives even when
+// no notification arrives: the backstop behind LISTEN/NOTIFY (a realm's own
+// ceiling, or a member's role, changes without one).
+const DefaultTokenCacheTTL = 10 * time.Second
+
+// maxCachedTokens bounds the cache; past it the cache starts over.
+const maxCachedTokens = 100_000
+
+// tokenCache keeps LookupToken's answers in process, keyed by the secret's
+// SHA-256 (never the secret), so that a request the rate limiter refuses costs
+// no PostgreSQL work. Every replica LISTENs on TokenChannel and drops a token
+// when it is revoked or its limit changes; while that connection is down the
+// cache is not used at all, since a notification may have been missed.
+type tokenCache struct {
+	ttl       time.Duration
+	log       *slog.Logger
+	listening atomic.Bool
+	// gen counts invalidations: an answer read from PostgreSQL before one is
+	// not stored after it, so a lookup racing a revoke cannot resurrect it.
+	gen atomic.Uint64
+
+	mu     sync.RWMutex
+	byHash map[[32]byte]cachedToken
+	byID   map[uuid.UUID][32]byte
+}
+
+type cachedToken struct {
+	p       Principal
+	expires int64 // unix ns
+}
+
+// caches holds the cache of each Service that started one. (It lives here
+// rather than as a field of Service so the cache stays in this file.)
+var caches sync.Map // *Service → *tokenCache
+
+func (s *Service) tokenCache() *tokenCache {
+	c, _ := caches.Load(s)
+	tc, _ := c.(*tokenCache)
+	return tc
+}
+
+// StartTokenCache turns on the in-process token cache with entries living at
+// most ttl (DefaultTokenCacheTTL when 0), and starts listening on
+// TokenChannel on a connection of its own. It waits up to five seconds for
+// the first LISTEN, then keeps reconnecting in the background; the cache is
+// used only while the listener is connected. stop ends it.
+func (s *Service) StartTokenCache(ctx context.Context, ttl time.Duration, log *slog.Logger) (stop func()) {
+	if ttl <= 0 {
+		ttl = DefaultTokenCacheTTL
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &tokenCache{ttl: ttl, log: log, byHash: map[[32]byte]cachedToken{}, byID: map[uuid.UUID][32]byte{}}
+	caches.Store(s, c)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.listenTokens(ctx, c, ready)
+	}()
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+		log.Warn("token cache: not listening yet; looking tokens up in PostgreSQL until it is", slog.String("channel", TokenChannel))
+	}
+	return func() {
+		cancel()
+		<-done
+		caches.CompareAndDelete(s, c)
+	}
+}
+
+// listenTokens keeps a LISTEN connection open until ctx ends, dropping the
+// tokens it is told about. ready is closed once the first LISTEN succeeds.
+func (s *Service) listenTokens(ctx context.Context, c *tokenCache, ready chan struct{}) {
+	var once sync.Once
+	wait := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx, c, func() {
+			once.Do(func() { close(ready) })
+			wait = 100 * time.Millisecond
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("token cache: lost the notification connection; not caching until it is back",
+			slog.String("channel", TokenChannel), slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func (s *Service) listenOnce(ctx context.Context, c *tokenCache, listening func()) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{TokenChannel}.Sanitize()); err != nil {
+		return err
+	}
+	// Whatever changed while nobody listened is unknown: start empty.
+	c.clear()
+	c.listening.Store(true)
+	defer func() {
+		c.listening.Store(false)
+		c.clear()
+	}()
+	listening()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		id, err := uuid.Parse(n.Payload)
+		if err != nil {
+			c.clear()
+			continue
+		}
+		c.forget(id)
+	}
+}
+
+func (c *tokenCache) get(hash [32]byte) (*Principal, bool) {
+	if !c.listening.Load() {
+		return nil, false
+	}
+	c.mu.RLock()
+	e, ok := c.byHash[hash]
+	c.mu.RUnlock()
+	if !ok || time.Now().UnixNano() >= e.expires {
+		return nil, false
+	}
+	p := e.p // a copy: the caller's principal is its own
+	return &p, true
+}
+
+// put stores p unless an invalidation happened since gen was read.
+func (c *tokenCache) put(hash [32]byte, p *Principal, gen uint64) {
+	if !c.listening.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen.Load() != gen {
+		return
+	}
+	if len(c.byHash) >= maxCachedTokens {
+		clear(c.byHash)
+		clear(c.byID)
+	}
+	c.byHash[hash] = cachedToken{p: *p, expires: time.Now().Add(c.ttl).UnixNano()}
+	c.byID[p.TokenID] = hash
+}
+
+func (c *tokenCache) forget(id uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen.Add(1)
+	if h, ok := c.byID[id]; ok {
+		delete(c.byHash, h)
+		delete(c.byID, id)
+	}
+}
+
+func (c *tokenCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen.Add(1)
+	clear(c.byHash)
+	clear(c.byID)
+}

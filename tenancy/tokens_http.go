@@ -1,0 +1,195 @@
+package tenancy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/appdor/appdor"
+	"github.com/appdor/appdor/rls"
+)
+
+// maxRequestsPerMinute bounds a token's ceiling: beyond it a ceiling means
+// nothing, and the limiter's arithmetic stays in whole microseconds.
+const maxRequestsPerMinute = 1_000_000
+
+// TokenRoutes registers the realm's token API on g, the gated API group (it
+// passes authentication, the rate limiter and the fairness controller). Only
+// owners manage tokens. Every query says realm_id = the principal's realm:
+// tenancy runs as the serving role, whose appdor_service policy sees all.
+func (s *Service) TokenRoutes(g *echo.Group) {
+	owner := Require(RoleOwner)
+	g.POST("/tokens", s.createTokenHTTP, owner)
+	g.GET("/tokens", s.listTokens, owner)
+	g.PATCH("/tokens/:id", s.setTokenLimit, owner)
+	g.DELETE("/tokens/:id", s.revokeTokenHTTP, owner)
+}
+
+// NewToken is a token as created: the one time its secret is shown.
+type NewToken struct {
+	Token
+	Secret string `json:"token"`
+}
+
+func (s *Service) createTokenHTTP(c echo.Context) error {
+	p := PrincipalOf(c)
+	var in struct {
+		Name              string `json:"name"`
+		RequestsPerMinute *int   `json:"requests_per_minute"`
+	}
+	if err := decodeBody(c, &in); err != nil {
+		return err
+	}
+	if err := checkRPM(in.RequestsPerMinute); err != nil {
+		return err
+	}
+	// The token acts as the member who creates it, in this realm only.
+	t, secret, err := s.createToken(c.Request().Context(), s.pool, p.RealmID, p.UserID, in.Name, in.RequestsPerMinute)
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+	return c.JSON(http.StatusCreated, NewToken{Token: t, Secret: secret})
+}
+
+func (s *Service) listTokens(c echo.Context) error {
+	p := PrincipalOf(c)
+	rows, err := s.pool.Query(c.Request().Context(),
+		`SELECT t.id, t.realm_id, t.user_id, t.name, l.requests_per_minute, t.created_at, t.revoked_at
+		 FROM api_tokens t
+		 LEFT JOIN token_limits l ON l.realm_id = t.realm_id AND l.token_id = t.id
+		 WHERE t.realm_id = $1
+		 ORDER BY t.created_at, t.id
+		 LIMIT 10000`, p.RealmID)
+	if err != nil {
+		return rls.Interpret(err)
+	}
+	tokens, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Token, error) {
+		var t Token
+		err := r.Scan(&t.ID, &t.RealmID, &t.UserID, &t.Name, &t.RequestsPerMinute, &t.CreatedAt, &t.RevokedAt)
+		return t, err
+	})
+	if err != nil {
+		return rls.Interpret(err)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"tokens": tokens})
+}
+
+// setTokenLimit sets or (null) removes a token's ceiling. The change and its
+// notification commit together, in one statement.
+func (s *Service) setTokenLimit(c echo.Context) error {
+	p := PrincipalOf(c)
+	id, err := tokenIDParam(c)
+	if err != nil {
+		return err
+	}
+	var in map[string]json.RawMessage
+	if err := decodeBody(c, &in); err != nil {
+		return err
+	}
+	raw, ok := in["requests_per_minute"]
+	if !ok || len(in) != 1 {
+		return appdor.Errorf(appdor.EInvalid, `expected {"requests_per_minute": N or null}`)
+	}
+	var rpm *int
+	if !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		var n int
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return appdor.Errorf(appdor.EValidation, "requests_per_minute must be a whole number or null")
+		}
+		rpm = &n
+	}
+	if err := checkRPM(rpm); err != nil {
+		return err
+	}
+	t := Token{RequestsPerMinute: rpm}
+	err = s.pool.QueryRow(c.Request().Context(),
+		`WITH t AS (
+		   SELECT realm_id, id, user_id, name, created_at, revoked_at FROM api_tokens WHERE realm_id = $1 AND id = $2
+		 ), up AS (
+		   INSERT INTO token_limits (realm_id, token_id, requests_per_minute)
+		   SELECT realm_id, id, $3 FROM t WHERE $3::int IS NOT NULL
+		   ON CONFLICT (realm_id, token_id) DO UPDATE SET requests_per_minute = excluded.requests_per_minute
+		 ), del AS (
+		   DELETE FROM token_limits l USING t
+		   WHERE $3::int IS NULL AND l.realm_id = t.realm_id AND l.token_id = t.id
+		 )
+		 SELECT id, realm_id, user_id, name, created_at, revoked_at, pg_notify($4, id::text) FROM t`,
+		p.RealmID, id, rpm, TokenChannel).
+		Scan(&t.ID, &t.RealmID, &t.UserID, &t.Name, &t.CreatedAt, &t.RevokedAt, nil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return appdor.Errorf(appdor.ENotFound, "token %s not found", id)
+	}
+	if err != nil {
+		return rls.Interpret(err)
+	}
+	s.forgetToken(id)
+	return c.JSON(http.StatusOK, t)
+}
+
+// revokeTokenHTTP revokes a token of this realm; revoking it again is a no-op.
+func (s *Service) revokeTokenHTTP(c echo.Context) error {
+	p := PrincipalOf(c)
+	id, err := tokenIDParam(c)
+	if err != nil {
+		return err
+	}
+	err = s.pool.QueryRow(c.Request().Context(),
+		`WITH t AS (
+		   UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
+		   WHERE realm_id = $1 AND id = $2 RETURNING id
+		 )
+		 SELECT pg_notify($3, id::text) FROM t`, p.RealmID, id, TokenChannel).Scan(nil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return appdor.Errorf(appdor.ENotFound, "token %s not found", id)
+	}
+	if err != nil {
+		return rls.Interpret(err)
+	}
+	s.forgetToken(id)
+	return c.NoContent(http.StatusNoContent)
+}
+
+func checkRPM(rpm *int) error {
+	if rpm != nil && (*rpm < 1 || *rpm > maxRequestsPerMinute) {
+		return appdor.Errorf(appdor.EValidation, "requests_per_minute must be from 1 to %d, or null for none", maxRequestsPerMinute)
+	}
+	return nil
+}
+
+// tokenIDParam parses the :id of a token route; a malformed id names no
+// token of this realm.
+func tokenIDParam(c echo.Context) (uuid.UUID, error) {
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return uuid.Nil, appdor.Errorf(appdor.ENotFound, "token %q not found", c.Param("id"))
+	}
+	return id, nil
+}
+
+// decodeBody reads one JSON value into v, refusing unknown fields and
+// trailing data.
+func decodeBody(c echo.Context, v any) error {
+	dec := json.NewDecoder(c.Request().Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return appdor.Errorf(appdor.ETooLarge, "the request body is larger than %d bytes", mbe.Limit)
+		case errors.Is(err, io.EOF):
+			return appdor.Errorf(appdor.EInvalid, "the request body is empty; expected JSON")
+		}
+		return appdor.Errorf(appdor.EInvalid, "the request body is not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return appdor.Errorf(appdor.EInvalid, "the request body has data after its JSON value")
+	}
+	return nil
+}
