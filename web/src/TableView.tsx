@@ -1,0 +1,645 @@
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import {
+  CompactSelection,
+  DataEditor,
+  GridCellKind,
+  type EditableGridCell,
+  type GridCell,
+  type GridColumn,
+  type GridSelection,
+  type Item,
+  type Rectangle,
+  type Theme,
+} from "@glideapps/glide-data-grid";
+import { ApiError, type Api, type Field, type FieldType, type RowQuery, type Table, type TableSummary } from "./api";
+import { fromCell, renderer, toCell } from "./cells";
+import { RowWindow, type WindowStatus } from "./rows";
+import { Saver, type SaverStatus } from "./saves";
+import { NotFound, messageOf } from "./App";
+import { linkClick } from "./router";
+
+const theme: Partial<Theme> = {
+  accentColor: "#2f6fde",
+  accentLight: "rgba(47, 111, 222, 0.12)",
+  textDark: "#1f2328",
+  textMedium: "#57606a",
+  textLight: "#8c959f",
+  textHeader: "#3d444d",
+  bgHeader: "#f6f8fa",
+  bgHeaderHovered: "#eef1f4",
+  bgHeaderHasFocus: "#e7ecf3",
+  borderColor: "rgba(31, 35, 40, 0.10)",
+  horizontalBorderColor: "rgba(31, 35, 40, 0.07)",
+  fontFamily: "Inter, ui-sans-serif, system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif",
+  baseFontStyle: "13px",
+  headerFontStyle: "600 13px",
+  cellHorizontalPadding: 10,
+};
+
+const pendingTheme: Partial<Theme> = { bgCell: "#f3f7ff", textDark: "#3d5a8a" };
+const invalidTheme: Partial<Theme> = { bgCell: "#fdecec", textDark: "#9a1c1c" };
+const conflictTheme: Partial<Theme> = { bgCell: "#fff4d6", textDark: "#6b4e00" };
+
+const typeLabels: Record<FieldType, string> = {
+  text: "Text",
+  long_text: "Long text",
+  number: "Number",
+  checkbox: "Checkbox",
+  date: "Date",
+  datetime: "Date and time",
+  single_select: "Single select",
+  multi_select: "Multi select",
+  email: "Email",
+  url: "URL",
+  link: "Link to another table",
+};
+
+const ops = ["eq", "neq", "lt", "lte", "gt", "gte", "contains", "empty", "not_empty"] as const;
+
+interface Notice {
+  id: number;
+  kind: "conflict" | "error" | "info";
+  text: string;
+  rowId?: string;
+  fieldId?: string;
+  mine?: unknown;
+}
+
+/** Re-render at most once a frame, however many changes arrive. */
+function useFrameTick(): [number, () => void] {
+  const [tick, setTick] = useState(0);
+  const queued = useRef(false);
+  const bump = useCallback(() => {
+    if (queued.current) return;
+    queued.current = true;
+    requestAnimationFrame(() => {
+      queued.current = false;
+      setTick((t) => t + 1);
+    });
+  }, []);
+  return [tick, bump];
+}
+
+export function TableView({ api, tableId }: { api: Api; tableId: string }) {
+  const [table, setTable] = useState<Table | null>(null);
+  const [missing, setMissing] = useState(false);
+  const [query, setQuery] = useState<RowQuery>({});
+  const [tick, bump] = useFrameTick();
+  const [winStatus, setWinStatus] = useState<WindowStatus>({ kind: "idle" });
+  const [saveStatus, setSaveStatus] = useState<SaverStatus>({ kind: "idle" });
+  const [notices, setNotices] = useState<Notice[]>([]);
+  const [selection, setSelection] = useState<GridSelection>({ columns: CompactSelection.empty(), rows: CompactSelection.empty() });
+  const [menu, setMenu] = useState<{ field: Field; x: number; y: number } | null>(null);
+  const [panel, setPanel] = useState<"field" | "filter" | null>(null);
+  const [widths, setWidths] = useState<Record<string, number>>({});
+  const noticeSeq = useRef(0);
+
+  const notify = useCallback((n: Omit<Notice, "id">) => {
+    const id = ++noticeSeq.current;
+    setNotices((ns) => [...ns.filter((x) => !(n.rowId && x.rowId === n.rowId && x.fieldId === n.fieldId)), { ...n, id }].slice(-5));
+    if (n.kind === "info") setTimeout(() => setNotices((ns) => ns.filter((x) => x.id !== id)), 5000);
+  }, []);
+
+  const loadTable = useCallback(async () => {
+    try {
+      setTable(await api.table(tableId));
+    } catch (e) {
+      if (e instanceof ApiError && (e.status === 404 || e.status === 403)) setMissing(true);
+      else notify({ kind: "error", text: messageOf(e) });
+    }
+  }, [api, tableId, notify]);
+  useEffect(() => void loadTable(), [loadTable]);
+
+  // The rows: one window per query; a new sort, filter or search starts afresh.
+  const win = useMemo(
+    () =>
+      new RowWindow({
+        fetchPage: (cursor, limit, signal) => api.rows(tableId, query, cursor, limit, signal),
+        pageSize: 500,
+        maxPages: 8,
+        onChange: bump,
+        onStatus: setWinStatus,
+      }),
+    [api, tableId, query, bump],
+  );
+  const winRef = useRef(win);
+  winRef.current = win;
+  useEffect(() => {
+    void win.setView(0, 60);
+    return () => win.close();
+  }, [win]);
+  useEffect(() => {
+    if (winStatus.kind === "error" && /not found/i.test(winStatus.message)) setMissing(true);
+  }, [winStatus]);
+
+  const fields = useMemo(() => [...(table?.fields ?? [])].sort((a, b) => a.position - b.position), [table]);
+  const fieldsRef = useRef(fields);
+  fieldsRef.current = fields;
+
+  const saver = useMemo(
+    () =>
+      new Saver({
+        patch: async (rows) => (await api.patchRows(tableId, rows)).rows,
+        getRow: (id) => api.row(tableId, id),
+        onSaved: (row) => winRef.current.update(row),
+        onChange: bump,
+        onStatus: setSaveStatus,
+        onConflict: (c) => {
+          for (const [fid, mine] of Object.entries(c.mine)) {
+            const f = fieldsRef.current.find((x) => x.id === fid);
+            const theirs = c.theirs ? c.theirs.cells[fid] : undefined;
+            notify({
+              kind: "conflict",
+              rowId: c.rowId,
+              fieldId: fid,
+              mine,
+              text: c.theirs
+                ? `Someone else changed this row while you were editing. “${f?.name ?? fid}” now shows their value: ${show(theirs)}. Yours was ${show(mine)} and was not saved.`
+                : `Someone else changed or deleted this row; your value ${show(mine)} for “${f?.name ?? fid}” was not saved.`,
+            });
+          }
+        },
+      }),
+    [api, tableId, bump, notify],
+  );
+  useEffect(() => () => saver.close(), [saver]);
+
+  useEffect(() => {
+    const warn = (e: BeforeUnloadEvent) => {
+      if (saver.hasUnsaved && saveStatus.kind !== "idle") {
+        e.preventDefault();
+        e.returnValue = "";
+      }
+    };
+    addEventListener("beforeunload", warn);
+    return () => removeEventListener("beforeunload", warn);
+  }, [saver, saveStatus]);
+
+  // Mark the moment the first rows are on screen, for the speed test.
+  const marked = useRef(false);
+  useEffect(() => {
+    if (!marked.current && table && win.knownRows > 0) {
+      marked.current = true;
+      requestAnimationFrame(() => performance.mark("appdor:first-rows"));
+    }
+  }, [tick, table, win]);
+
+  const columns: GridColumn[] = useMemo(
+    () =>
+      fields.map((f) => ({
+        id: f.id,
+        title: f.name,
+        width: widths[f.id] ?? (f.type === "checkbox" ? 110 : f.type === "long_text" ? 280 : 180),
+        hasMenu: true,
+      })),
+    [fields, widths],
+  );
+
+  const getCellContent = useCallback(
+    ([col, row]: Item): GridCell => {
+      const r = win.get(row);
+      const f = fields[col];
+      if (!r || !f) return { kind: GridCellKind.Loading, allowOverlay: false };
+      const mark = saver.cell(r.id, f.id);
+      if (!mark) return toCell(f, r.cells[f.id], false);
+      if (mark.kind === "conflict") return { ...toCell(f, r.cells[f.id], false), themeOverride: conflictTheme };
+      return { ...toCell(f, mark.value, false), themeOverride: mark.kind === "invalid" ? invalidTheme : pendingTheme };
+    },
+    // tick: the rows or the marks changed
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+    [win, saver, fields, tick],
+  );
+
+  const onCellEdited = useCallback(
+    ([col, row]: Item, value: EditableGridCell) => {
+      const r = win.get(row);
+      const f = fields[col];
+      if (!r || !f) return;
+      saver.edit(r.id, r.version, f.id, fromCell(f, value));
+    },
+    [win, saver, fields],
+  );
+
+  const onVisible = useCallback((range: Rectangle) => void win.setView(range.y, range.y + range.height), [win]);
+
+  const selectedIds = useMemo(() => {
+    const ids: string[] = [];
+    for (const i of selection.rows.toArray()) {
+      const r = win.get(i);
+      if (r) ids.push(r.id);
+    }
+    return ids;
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [selection, win, tick]);
+
+  // The message of the focused cell, when it is marked.
+  const focused = selection.current?.cell;
+  const focusedMark = useMemo(() => {
+    if (!focused) return undefined;
+    const r = win.get(focused[1]);
+    const f = fields[focused[0]];
+    return r && f ? saver.cell(r.id, f.id) : undefined;
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [focused, win, saver, fields, tick]);
+
+  const run = async (fn: () => Promise<unknown>) => {
+    try {
+      await fn();
+    } catch (e) {
+      notify({ kind: "error", text: messageOf(e) });
+    }
+  };
+
+  const addRow = () =>
+    run(async () => {
+      const { rows } = await api.createRows(tableId, [{ cells: {} }]);
+      if (!win.append(rows)) notify({ kind: "info", text: "Row added at the end of the table." });
+    });
+
+  const deleteRows = () =>
+    run(async () => {
+      if (selectedIds.length === 0) return;
+      if (!confirm(`Delete ${selectedIds.length} row${selectedIds.length === 1 ? "" : "s"}? This cannot be undone.`)) return;
+      await api.deleteRows(tableId, selectedIds);
+      win.remove(selectedIds);
+      setSelection({ columns: CompactSelection.empty(), rows: CompactSelection.empty() });
+    });
+
+  const exportCsv = () =>
+    run(async () => {
+      const res = await api.exportCsv(tableId);
+      const url = URL.createObjectURL(await res.blob());
+      const a = document.createElement("a");
+      a.href = url;
+      a.download = `${table?.name ?? "table"}.csv`;
+      a.click();
+      setTimeout(() => URL.revokeObjectURL(url), 1000);
+    });
+
+  const fileInput = useRef<HTMLInputElement>(null);
+  const importCsv = (file: File) =>
+    run(async () => {
+      await api.importCsv(tableId, file);
+      notify({ kind: "info", text: `Imported ${file.name}.` });
+      setQuery((q) => ({ ...q }));
+    });
+
+  const onColumnMoved = (from: number, to: number) =>
+    run(async () => {
+      const f = fields[from];
+      const next = [...fields];
+      next.splice(from, 1);
+      next.splice(to, 0, f);
+      setTable((t) => t && { ...t, fields: next.map((x, i) => ({ ...x, position: i })) });
+      await api.patchField(tableId, f.id, { position: to });
+      await loadTable();
+    });
+
+  const [search, setSearch] = useState("");
+  useEffect(() => {
+    const t = setTimeout(() => setQuery((q) => ((q.q ?? "") === search.trim() ? q : { ...q, q: search.trim() || undefined })), 300);
+    return () => clearTimeout(t);
+  }, [search]);
+
+  const customRenderers = useMemo(() => [renderer(api)], [api]);
+
+  if (missing) return <NotFound what="table" />;
+
+  const sortField = query.sort ? fields.find((f) => f.id === query.sort!.replace(/^-/, "")) : undefined;
+  const fieldName = (id: string) => fields.find((f) => f.id === id)?.name ?? id;
+
+  return (
+    <div className="table-view">
+      <div className="toolbar">
+        <div className="crumbs">
+          <a href="/" onClick={linkClick("/")}>
+            Apps
+          </a>
+          <span aria-hidden>/</span>
+          <h1>{table?.name ?? "…"}</h1>
+        </div>
+        <input className="search" type="search" placeholder="Search rows" aria-label="Search rows" value={search} onChange={(e) => setSearch(e.target.value)} />
+        <button className="btn" onClick={() => setPanel(panel === "filter" ? null : "filter")} aria-expanded={panel === "filter"}>
+          Filter{query.filter?.length ? ` (${query.filter.length})` : ""}
+        </button>
+        <button className="btn" onClick={() => setPanel(panel === "field" ? null : "field")} aria-expanded={panel === "field"}>
+          Add field
+        </button>
+        <button className="btn" onClick={addRow}>
+          Add row
+        </button>
+        <button className="btn danger" onClick={deleteRows} disabled={selectedIds.length === 0}>
+          Delete {selectedIds.length || ""} row{selectedIds.length === 1 ? "" : "s"}
+        </button>
+        <div className="spacer" />
+        <button className="btn ghost" onClick={() => fileInput.current?.click()}>
+          Import CSV
+        </button>
+        <input ref={fileInput} type="file" accept=".csv,text/csv" hidden onChange={(e) => e.target.files?.[0] && importCsv(e.target.files[0])} />
+        <button className="btn ghost" onClick={exportCsv}>
+          Export CSV
+        </button>
+      </div>
+
+      {(sortField || query.filter?.length || query.q) && (
+        <div className="chips">
+          {sortField && (
+            <span className="chip">
+              Sorted by {sortField.name} {query.sort!.startsWith("-") ? "↓" : "↑"}
+              <button aria-label="Remove sort" onClick={() => setQuery((q) => ({ ...q, sort: undefined }))}>
+                ×
+              </button>
+            </span>
+          )}
+          {query.filter?.map((f) => {
+            const [fid, op, ...v] = f.split(":");
+            return (
+              <span className="chip" key={f}>
+                {fieldName(fid)} {op.replace("_", " ")} {v.join(":")}
+                <button aria-label="Remove filter" onClick={() => setQuery((q) => ({ ...q, filter: q.filter?.filter((x) => x !== f) }))}>
+                  ×
+                </button>
+              </span>
+            );
+          })}
+          {query.q && <span className="chip">Search: {query.q}</span>}
+        </div>
+      )}
+
+      {panel === "filter" && <FilterPanel fields={fields} onAdd={(f) => (setQuery((q) => ({ ...q, filter: [...(q.filter ?? []), f] })), setPanel(null))} onClose={() => setPanel(null)} />}
+      {panel === "field" && table && (
+        <FieldPanel
+          api={api}
+          appId={table.app_id}
+          onCreate={(f) => run(async () => (await api.createField(tableId, f), await loadTable(), setPanel(null)))}
+          onClose={() => setPanel(null)}
+        />
+      )}
+
+      <div className="grid-wrap">
+        {table && (
+          <DataEditor
+            width="100%"
+            height="100%"
+            theme={theme}
+            columns={columns}
+            rows={win.rowCount}
+            getCellContent={getCellContent}
+            onCellEdited={onCellEdited}
+            customRenderers={customRenderers}
+            onVisibleRegionChanged={onVisible}
+            getCellsForSelection={true}
+            onPaste={true}
+            rowMarkers="both"
+            smoothScrollX
+            smoothScrollY
+            gridSelection={selection}
+            onGridSelectionChange={setSelection}
+            onColumnMoved={onColumnMoved}
+            onColumnResize={(c, w) => setWidths((ws) => ({ ...ws, [c.id!]: w }))}
+            onHeaderMenuClick={(col, b) => setMenu({ field: fields[col], x: b.x, y: b.y + b.height })}
+            trailingRowOptions={win.hasMore ? undefined : { hint: "New row", sticky: true, tint: true }}
+            onRowAppended={win.hasMore ? undefined : () => void addRow()}
+            rowHeight={34}
+            headerHeight={36}
+          />
+        )}
+      </div>
+
+      {menu && (
+        <HeaderMenu
+          field={menu.field}
+          x={menu.x}
+          y={menu.y}
+          onClose={() => setMenu(null)}
+          onSort={(desc) => (setQuery((q) => ({ ...q, sort: (desc ? "-" : "") + menu.field.id })), setMenu(null))}
+          onRename={(name) => run(async () => (setMenu(null), await api.patchField(tableId, menu.field.id, { name }), await loadTable()))}
+          onDelete={() =>
+            run(async () => {
+              setMenu(null);
+              if (!confirm(`Delete the field “${menu.field.name}” and its values in every row?`)) return;
+              await api.deleteField(tableId, menu.field.id);
+              await loadTable();
+            })
+          }
+        />
+      )}
+
+      <footer className="statusbar" aria-live="polite">
+        <span>
+          {win.knownRows.toLocaleString()} row{win.knownRows === 1 ? "" : "s"}
+          {win.hasMore ? " loaded · more below" : ""}
+        </span>
+        <span className="status-load">{loadText(winStatus)}</span>
+        <span className="spacer" />
+        {focusedMark?.kind === "invalid" && <span className="status-invalid">{focusedMark.message}</span>}
+        <span className={"status-save " + saveStatus.kind}>{saveText(saveStatus, saver)}</span>
+      </footer>
+
+      <div className="notices" role="status">
+        {notices.map((n) => (
+          <div key={n.id} className={"notice " + n.kind}>
+            <p>{n.text}</p>
+            <div className="notice-actions">
+              {n.kind === "conflict" && n.rowId && n.fieldId && (
+                <button
+                  className="btn small primary"
+                  onClick={() => {
+                    const r = win.byID(n.rowId!);
+                    saver.edit(n.rowId!, r?.version ?? 0, n.fieldId!, n.mine);
+                    setNotices((ns) => ns.filter((x) => x.id !== n.id));
+                  }}
+                >
+                  Use mine
+                </button>
+              )}
+              <button
+                className="btn small"
+                onClick={() => {
+                  if (n.rowId && n.fieldId) saver.dismiss(n.rowId, n.fieldId);
+                  setNotices((ns) => ns.filter((x) => x.id !== n.id));
+                }}
+              >
+                {n.kind === "conflict" ? "Keep theirs" : "Dismiss"}
+              </button>
+            </div>
+          </div>
+        ))}
+        {winStatus.kind === "error" && !missing && (
+          <div className="notice error">
+            <p>Rows could not be loaded: {winStatus.message}</p>
+            <button className="btn small" onClick={() => void win.retry()}>
+              Retry
+            </button>
+          </div>
+        )}
+      </div>
+    </div>
+  );
+}
+
+function show(v: unknown): string {
+  if (v === null || v === undefined || v === "") return "(empty)";
+  return Array.isArray(v) ? `“${v.join(", ")}”` : `“${String(v)}”`;
+}
+
+function loadText(s: WindowStatus): string {
+  switch (s.kind) {
+    case "loading":
+      return "Loading rows…";
+    case "waiting":
+      return `Server busy; loading again in ${Math.ceil(s.retryInMs / 1000)} s`;
+    default:
+      return "";
+  }
+}
+
+function saveText(s: SaverStatus, saver: Saver): string {
+  switch (s.kind) {
+    case "saving":
+      return "Saving…";
+    case "waiting":
+      return s.reason === "network"
+        ? `Offline; your changes are kept and will be saved (retry in ${Math.ceil(s.retryInMs / 1000)} s)`
+        : `Server busy; your changes are kept and will be saved in ${Math.ceil(s.retryInMs / 1000)} s`;
+    case "error":
+      return `Not saved: ${s.message}`;
+    default:
+      return saver.hasUnsaved ? "Some changes need your attention" : "All changes saved";
+  }
+}
+
+function HeaderMenu(p: { field: Field; x: number; y: number; onClose: () => void; onSort: (desc: boolean) => void; onRename: (n: string) => void; onDelete: () => void }) {
+  const [name, setName] = useState(p.field.name);
+  const ref = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    const away = (e: MouseEvent) => ref.current && !ref.current.contains(e.target as Node) && p.onClose();
+    const esc = (e: KeyboardEvent) => e.key === "Escape" && p.onClose();
+    setTimeout(() => addEventListener("mousedown", away));
+    addEventListener("keydown", esc);
+    return () => (removeEventListener("mousedown", away), removeEventListener("keydown", esc));
+  }, [p]);
+  return (
+    <div ref={ref} className="menu card" style={{ left: Math.min(p.x, innerWidth - 260), top: p.y }} role="menu">
+      <div className="menu-title">
+        {p.field.name} <span className="muted">{typeLabels[p.field.type]}</span>
+      </div>
+      <button role="menuitem" onClick={() => p.onSort(false)}>
+        Sort ascending
+      </button>
+      <button role="menuitem" onClick={() => p.onSort(true)}>
+        Sort descending
+      </button>
+      <form
+        className="inline-form"
+        onSubmit={(e) => {
+          e.preventDefault();
+          if (name.trim() && name.trim() !== p.field.name) p.onRename(name.trim());
+        }}
+      >
+        <input value={name} aria-label="Field name" onChange={(e) => setName(e.target.value)} />
+        <button className="btn small" type="submit">
+          Rename
+        </button>
+      </form>
+      <button role="menuitem" className="danger-text" onClick={p.onDelete}>
+        Delete field
+      </button>
+    </div>
+  );
+}
+
+function FilterPanel({ fields, onAdd, onClose }: { fields: Field[]; onAdd: (f: string) => void; onClose: () => void }) {
+  const [field, setField] = useState(fields[0]?.id ?? "");
+  const [op, setOp] = useState<string>("contains");
+  const [value, setValue] = useState("");
+  const needsValue = op !== "empty" && op !== "not_empty";
+  return (
+    <form
+      className="panel card"
+      onSubmit={(e) => {
+        e.preventDefault();
+        if (field) onAdd(`${field}:${op}:${needsValue ? value : ""}`);
+      }}
+    >
+      <select value={field} onChange={(e) => setField(e.target.value)} aria-label="Filter field">
+        {fields.map((f) => (
+          <option key={f.id} value={f.id}>
+            {f.name}
+          </option>
+        ))}
+      </select>
+      <select value={op} onChange={(e) => setOp(e.target.value)} aria-label="Filter operator">
+        {ops.map((o) => (
+          <option key={o} value={o}>
+            {o.replace("_", " ")}
+          </option>
+        ))}
+      </select>
+      {needsValue && <input value={value} onChange={(e) => setValue(e.target.value)} aria-label="Filter value" placeholder="Value" />}
+      <button className="btn primary small" type="submit">
+        Add filter
+      </button>
+      <button className="btn ghost small" type="button" onClick={onClose}>
+        Cancel
+      </button>
+    </form>
+  );
+}
+
+function FieldPanel({ api, appId, onCreate, onClose }: { api: Api; appId: string; onCreate: (f: Omit<Field, "id" | "position">) => void; onClose: () => void }) {
+  const [name, setName] = useState("");
+  const [type, setType] = useState<FieldType>("text");
+  const [choices, setChoices] = useState("");
+  const [precision, setPrecision] = useState("");
+  const [linkTable, setLinkTable] = useState("");
+  const [tables, setTables] = useState<TableSummary[]>([]);
+  useEffect(() => {
+    if (type === "link")
+      api.tables(appId).then(
+        (t) => (setTables(t.tables), setLinkTable((x) => x || t.tables[0]?.id || "")),
+        () => setTables([]),
+      );
+  }, [api, appId, type]);
+  return (
+    <form
+      className="panel card"
+      onSubmit={(e) => {
+        e.preventDefault();
+        const options: Field["options"] = {};
+        if (type === "single_select" || type === "multi_select") options.choices = choices.split(",").map((c) => c.trim()).filter(Boolean);
+        if (type === "number" && precision !== "") options.precision = Number(precision);
+        if (type === "link") options.table = linkTable;
+        if (name.trim()) onCreate({ name: name.trim(), type, options });
+      }}
+    >
+      <input autoFocus value={name} onChange={(e) => setName(e.target.value)} placeholder="Field name" aria-label="Field name" />
+      <select value={type} onChange={(e) => setType(e.target.value as FieldType)} aria-label="Field type">
+        {Object.entries(typeLabels).map(([t, l]) => (
+          <option key={t} value={t}>
+            {l}
+          </option>
+        ))}
+      </select>
+      {(type === "single_select" || type === "multi_select") && (
+        <input value={choices} onChange={(e) => setChoices(e.target.value)} placeholder="Choices, comma separated" aria-label="Choices" />
+      )}
+      {type === "number" && <input value={precision} onChange={(e) => setPrecision(e.target.value)} placeholder="Decimals" aria-label="Decimals" type="number" min={0} max={10} />}
+      {type === "link" && (
+        <select value={linkTable} onChange={(e) => setLinkTable(e.target.value)} aria-label="Linked table">
+          {tables.map((t) => (
+            <option key={t.id} value={t.id}>
+              {t.name}
+            </option>
+          ))}
+        </select>
+      )}
+      <button className="btn primary small" type="submit">
+        Create field
+      </button>
+      <button className="btn ghost small" type="button" onClick={onClose}>
+        Cancel
+      </button>
+    </form>
+  );
+}

@@ -1,0 +1,245 @@
+// The UI's one door to the server: the public JSON API, same origin, with
+// the session cookie. It adds the realm header and, on unsafe methods, the
+// CSRF token read from the appdor_csrf cookie, and turns error bodies into
+// ApiError.
+
+export interface ErrorDetail {
+  row?: number;
+  field?: string;
+  message: string;
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly details: ErrorDetail[] = [],
+    readonly retryAfterMs = 0,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+
+  /** True when the server refused for load and asked us to come back later. */
+  get retryable(): boolean {
+    return this.status === 429 || this.status === 503;
+  }
+}
+
+/** The wait a refusal asks for: the body's retry_after_ms, else Retry-After seconds. */
+export function retryAfterMs(headers: Headers, bodyMs?: number): number {
+  if (bodyMs && bodyMs > 0) return bodyMs;
+  const h = headers.get("Retry-After");
+  if (!h) return 0;
+  const s = Number(h);
+  if (Number.isFinite(s)) return Math.max(0, s * 1000);
+  const at = Date.parse(h);
+  return Number.isNaN(at) ? 0 : Math.max(0, at - Date.now());
+}
+
+export interface User {
+  id: string;
+  email: string;
+}
+export interface Realm {
+  id: string;
+  name: string;
+  role: string;
+}
+export interface Me {
+  user: User;
+  realms: Realm[];
+}
+export interface App {
+  id: string;
+  name: string;
+}
+export interface TableSummary {
+  id: string;
+  name: string;
+}
+export type FieldType =
+  | "text"
+  | "long_text"
+  | "number"
+  | "checkbox"
+  | "date"
+  | "datetime"
+  | "single_select"
+  | "multi_select"
+  | "email"
+  | "url"
+  | "link";
+export interface Field {
+  id: string;
+  name: string;
+  type: FieldType;
+  options: { precision?: number; choices?: string[]; table?: string };
+  position: number;
+}
+export interface Table {
+  id: string;
+  app_id: string;
+  name: string;
+  fields: Field[];
+}
+export interface Row {
+  id: string;
+  version: number;
+  cells: Record<string, unknown>;
+}
+export interface RowPage {
+  rows: Row[];
+  next_cursor: string | null;
+}
+export interface RowQuery {
+  sort?: string;
+  filter?: string[];
+  q?: string;
+}
+
+const unsafe = new Set(["POST", "PUT", "PATCH", "DELETE"]);
+
+export function readCookie(name: string, cookie: string): string | null {
+  for (const part of cookie.split(";")) {
+    const [k, ...v] = part.trim().split("=");
+    if (k === name) return decodeURIComponent(v.join("="));
+  }
+  return null;
+}
+
+export interface ApiOptions {
+  fetch?: typeof fetch;
+  /** The realm the person is working in, sent as X-Appdor-Realm. */
+  realm?: () => string | null;
+  /** Cookie source, for the CSRF token. */
+  cookie?: () => string;
+  /** Called when the session is gone (401). */
+  onUnauthorized?: () => void;
+}
+
+export class Api {
+  private readonly f: typeof fetch;
+  constructor(private readonly o: ApiOptions = {}) {
+    this.f = o.fetch ?? ((...a) => fetch(...a));
+  }
+
+  async raw(method: string, path: string, body?: BodyInit, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<Response> {
+    const h: Record<string, string> = { Accept: "application/json", ...headers };
+    const realm = this.o.realm?.();
+    if (realm) h["X-Appdor-Realm"] = realm;
+    if (unsafe.has(method)) {
+      const csrf = readCookie("appdor_csrf", this.o.cookie?.() ?? (typeof document === "undefined" ? "" : document.cookie));
+      if (csrf) h["X-CSRF-Token"] = csrf;
+    }
+    const res = await this.f(path, { method, body, headers: h, credentials: "same-origin", signal });
+    if (!res.ok) {
+      let code = "http_" + res.status;
+      let message = res.statusText || "request failed";
+      let details: ErrorDetail[] = [];
+      let bodyMs: number | undefined;
+      try {
+        const e = (await res.json())?.error;
+        if (e) {
+          code = e.code ?? code;
+          message = e.message ?? message;
+          details = Array.isArray(e.details) ? e.details : [];
+          bodyMs = e.retry_after_ms;
+        }
+      } catch {
+        // not JSON: keep the status line
+      }
+      if (res.status === 401) this.o.onUnauthorized?.();
+      throw new ApiError(res.status, code, message, details, retryAfterMs(res.headers, bodyMs));
+    }
+    return res;
+  }
+
+  async json<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+    const res = await this.raw(
+      method,
+      path,
+      body === undefined ? undefined : JSON.stringify(body),
+      body === undefined ? {} : { "Content-Type": "application/json" },
+      signal,
+    );
+    if (res.status === 204) return undefined as T;
+    return (await res.json()) as T;
+  }
+
+  login(email: string, password: string) {
+    return this.json<Me>("POST", "/api/v1/auth/login", { email, password });
+  }
+  logout() {
+    return this.json<void>("POST", "/api/v1/auth/logout");
+  }
+  me() {
+    return this.json<Me>("GET", "/api/v1/me");
+  }
+  apps() {
+    return this.json<{ apps: App[] }>("GET", "/api/v1/apps");
+  }
+  createApp(name: string) {
+    return this.json<App>("POST", "/api/v1/apps", { name });
+  }
+  renameApp(id: string, name: string) {
+    return this.json<App>("PATCH", `/api/v1/apps/${enc(id)}`, { name });
+  }
+  tables(app: string) {
+    return this.json<{ tables: TableSummary[] }>("GET", `/api/v1/apps/${enc(app)}/tables`);
+  }
+  createTable(app: string, name: string, fields: Omit<Field, "id" | "position">[]) {
+    return this.json<Table>("POST", `/api/v1/apps/${enc(app)}/tables`, { name, fields });
+  }
+  renameTable(id: string, name: string) {
+    return this.json<Table>("PATCH", `/api/v1/tables/${enc(id)}`, { name });
+  }
+  table(id: string, signal?: AbortSignal) {
+    return this.json<Table>("GET", `/api/v1/tables/${enc(id)}`, undefined, signal);
+  }
+  rows(table: string, query: RowQuery, cursor: string | null, limit: number, signal?: AbortSignal) {
+    return this.json<RowPage>("GET", `/api/v1/tables/${enc(table)}/rows?${rowParams(query, cursor, limit)}`, undefined, signal);
+  }
+  row(table: string, id: string) {
+    return this.json<Row>("GET", `/api/v1/tables/${enc(table)}/rows/${enc(id)}`);
+  }
+  createRows(table: string, rows: { cells: Record<string, unknown> }[]) {
+    return this.json<{ rows: Row[] }>("POST", `/api/v1/tables/${enc(table)}/rows`, { rows });
+  }
+  patchRows(table: string, rows: Row[]) {
+    return this.json<{ rows: Row[] }>("PATCH", `/api/v1/tables/${enc(table)}/rows`, { rows });
+  }
+  deleteRows(table: string, ids: string[]) {
+    return this.json<void>("DELETE", `/api/v1/tables/${enc(table)}/rows`, { ids });
+  }
+  createField(table: string, f: Omit<Field, "id" | "position">) {
+    return this.json<Field>("POST", `/api/v1/tables/${enc(table)}/fields`, f);
+  }
+  patchField(table: string, field: string, patch: Partial<Pick<Field, "name" | "position" | "options">>) {
+    return this.json<Field>("PATCH", `/api/v1/tables/${enc(table)}/fields/${enc(field)}`, patch);
+  }
+  deleteField(table: string, field: string) {
+    return this.json<void>("DELETE", `/api/v1/tables/${enc(table)}/fields/${enc(field)}`);
+  }
+  exportCsv(table: string) {
+    return this.raw("GET", `/api/v1/tables/${enc(table)}/csv`, undefined, { Accept: "text/csv" });
+  }
+  importCsv(table: string, csv: Blob) {
+    return this.raw("POST", `/api/v1/tables/${enc(table)}/csv`, csv, { "Content-Type": "text/csv" });
+  }
+}
+
+function enc(s: string) {
+  return encodeURIComponent(s);
+}
+
+export function rowParams(query: RowQuery, cursor: string | null, limit: number): string {
+  const p = new URLSearchParams();
+  p.set("limit", String(limit));
+  if (cursor) p.set("cursor", cursor);
+  if (query.sort) p.set("sort", query.sort);
+  for (const f of query.filter ?? []) p.append("filter", f);
+  if (query.q) p.set("q", query.q);
+  return p.toString();
+}
