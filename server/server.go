@@ -246,6 +246,8 @@ func (a *App) routes() {
 	gh := grid.New(a.db)
 	gh.Routes(api)
 	a.tenancy.TokenRoutes(api)
+
+	a.mountUI(e) // last: the UI's catch-all must not shadow a route above
 }
 
 // Handler is the application as an http.Handler, for tests.
