@@ -359,12 +359,14 @@ var likeEscape = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // where renders one filter as a boolean SQL expression.
 func (b *sqlBuilder) where(f filter) string {
-	empty := "coalesce(" + b.cell(f.field) + ` IN ('""'::jsonb, '[]'::jsonb, 'null'::jsonb), true)`
 	switch f.op {
-	case OpEmpty:
+	case OpEmpty, OpNotEmpty:
+		// Every parameter must appear in the SQL, or PostgreSQL cannot type it.
+		empty := "coalesce(" + b.cell(f.field) + ` IN ('""'::jsonb, '[]'::jsonb, 'null'::jsonb), true)`
+		if f.op == OpNotEmpty {
+			return "NOT " + empty
+		}
 		return empty
-	case OpNotEmpty:
-		return "NOT " + empty
 	}
 	if kindOf(f.field.Type) == kindList {
 		has := "coalesce(" + b.cell(f.field) + " ? " + b.arg(f.value) + "::text, false)"

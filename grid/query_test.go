@@ -1,0 +1,233 @@
+package grid_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// seedNumbers makes a table of n rows: Name "row i", N = i % 97 (so sort keys
+// tie), Word a word from a small set, and every tenth row with no N at all.
+func seedNumbers(t *testing.T, f *fixture, n int) (table, []string, map[string]float64) {
+	tb := f.table(fmt.Sprintf("T%d", n), field("Name", "text"), field("N", "number"),
+		field("Word", "text"), field("When", "datetime"))
+	words := []string{"apple pie", "banana split", "cherry tart", "apple crumble"}
+	rows := make([]map[string]any, n)
+	for i := range rows {
+		rows[i] = map[string]any{"Name": fmt.Sprintf("row %d", i), "Word": words[i%len(words)],
+			"When": fmt.Sprintf("2026-01-%02dT10:00:%02d.%dZ", 1+i%28, i%60, i%7)}
+		if i%10 != 3 {
+			rows[i]["N"] = float64(i % 97)
+		}
+	}
+	ids := f.insert(tb, rows)
+	values := map[string]float64{}
+	for i, id := range ids {
+		if v, ok := rows[i]["N"]; ok {
+			values[id] = v.(float64)
+		}
+	}
+	return tb, ids, values
+}
+
+// walk reads every page of path (which has its query string started) and
+// returns the row ids in order; between pages it calls between.
+func walk(t *testing.T, f *fixture, path string, between func(page int)) []string {
+	var ids []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 1000, "the walk does not end")
+		p := f.read(path + "&cursor=" + url.QueryEscape(cursor))
+		for _, r := range p.Rows {
+			ids = append(ids, r.ID)
+		}
+		if p.NextCursor == nil {
+			return ids
+		}
+		cursor = *p.NextCursor
+		if between != nil {
+			between(pages)
+		}
+	}
+}
+
+func requireEachOnce(t *testing.T, want, got []string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, id := range got {
+		seen[id]++
+		require.Equal(t, 1, seen[id], "row %s returned twice", id)
+	}
+	for _, id := range want {
+		require.Equal(t, 1, seen[id], "row %s never returned", id)
+	}
+}
+
+func TestKeysetWalk(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tb, ids, values := seedNumbers(t, f, 2000)
+	base := "/api/v1/tables/" + tb.ID + "/rows?limit=100"
+
+	t.Run("by id, 100 at a time, each row once, in order", func(t *testing.T) {
+		got := walk(t, f, base, nil)
+		require.Equal(t, ids, got)
+	})
+
+	for _, s := range []string{"N", "-N", "Word,-N", "-When", "Name"} {
+		t.Run("sorted by "+s+", each row once", func(t *testing.T) {
+			got := walk(t, f, base+"&sort="+url.QueryEscape(s), nil)
+			requireEachOnce(t, ids, got)
+			require.Len(t, got, len(ids))
+		})
+	}
+
+	t.Run("sort=-N puts the largest first, ties by id, empty cells last", func(t *testing.T) {
+		got := walk(t, f, base+"&sort=-N", nil)
+		want := append([]string(nil), ids...)
+		pos := map[string]int{}
+		for i, id := range ids {
+			pos[id] = i
+		}
+		sort.SliceStable(want, func(i, j int) bool {
+			vi, oki := values[want[i]]
+			vj, okj := values[want[j]]
+			if oki != okj {
+				return oki
+			}
+			if vi != vj {
+				return vi > vj
+			}
+			return pos[want[i]] < pos[want[j]]
+		})
+		require.Equal(t, want, got)
+		require.EqualValues(t, 96, values[got[0]])
+	})
+
+	for _, s := range []string{"", "&sort=-N", "&sort=Word,N"} {
+		t.Run("while rows are added"+s, func(t *testing.T) {
+			g := setup(t)
+			tb2, ids2, _ := seedNumbers(t, g, 2000)
+			var added []string
+			got := walk(t, g, "/api/v1/tables/"+tb2.ID+"/rows?limit=100"+s, func(page int) {
+				added = append(added, g.insert(tb2, []map[string]any{
+					{"Name": "new", "N": float64(page % 97), "Word": "apple pie"},
+					{"Name": "new empty"},
+				})...)
+			})
+			// Every row present from the start exactly once; added rows at most once.
+			requireEachOnce(t, ids2, got)
+			require.GreaterOrEqual(t, len(got), len(ids2))
+			require.LessOrEqual(t, len(got), len(ids2)+len(added))
+		})
+	}
+}
+
+func TestFilterSearchCount(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tb, ids, values := seedNumbers(t, f, 300)
+	rows := "/api/v1/tables/" + tb.ID + "/rows?limit=1000"
+	count := func(q string) int {
+		m := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+tb.ID+"/count?"+q, nil)
+		return int(m["count"].(float64))
+	}
+
+	t.Run("gte returns exactly the matching rows", func(t *testing.T) {
+		var want []string
+		for _, id := range ids {
+			if v, ok := values[id]; ok && v >= 90 {
+				want = append(want, id)
+			}
+		}
+		q := "filter=" + url.QueryEscape("N:gte:90")
+		p := f.read(rows + "&" + q)
+		var got []string
+		for _, r := range p.Rows {
+			got = append(got, r.ID)
+		}
+		require.Equal(t, want, got)
+		require.Equal(t, len(want), count(q))
+	})
+
+	t.Run("filters combine, by field name or id", func(t *testing.T) {
+		q := "filter=" + url.QueryEscape(tb.Fields["N"]+":lt:5") + "&filter=" + url.QueryEscape("word:eq:apple pie")
+		want := 0
+		for i, id := range ids {
+			if v, ok := values[id]; ok && v < 5 && i%4 == 0 {
+				want++
+			}
+		}
+		require.Len(t, f.read(rows+"&"+q).Rows, want)
+		require.Equal(t, want, count(q))
+	})
+
+	t.Run("empty, not_empty, contains, neq", func(t *testing.T) {
+		require.Equal(t, 30, count("filter=N:empty"))
+		require.Equal(t, 270, count("filter=N:not_empty"))
+		require.Equal(t, 150, count("filter="+url.QueryEscape("Word:contains:APPLE")))
+		require.Equal(t, 225, count("filter="+url.QueryEscape("Word:neq:apple pie")))
+		require.Equal(t, 0, count("filter="+url.QueryEscape("Word:contains:%")))
+		require.Equal(t, 154, count("filter="+url.QueryEscape("When:lt:2026-01-15"))) // days 1-14 of 28, over 300 rows
+	})
+
+	t.Run("q searches text cells through the index", func(t *testing.T) {
+		var want []string
+		for i, id := range ids {
+			if i%4 == 2 {
+				want = append(want, id)
+			}
+		}
+		p := f.read(rows + "&q=cherry")
+		var got []string
+		for _, r := range p.Rows {
+			got = append(got, r.ID)
+		}
+		require.Equal(t, want, got)
+		require.Equal(t, len(want), count("q=cherry"))
+		require.Equal(t, 75, count("q="+url.QueryEscape("apple crumble")))
+		// Search with a sort and a filter.
+		p = f.read(rows + "&q=apple&sort=-N&filter=" + url.QueryEscape("N:gte:50"))
+		require.NotEmpty(t, p.Rows)
+		prev := 1e9
+		for _, r := range p.Rows {
+			v := r.Cells[tb.Fields["N"]].(float64)
+			require.GreaterOrEqual(t, v, 50.0)
+			require.LessOrEqual(t, v, prev)
+			prev = v
+		}
+	})
+
+	t.Run("bad parameters are 400 with a code", func(t *testing.T) {
+		for _, q := range []string{
+			"filter=Nope:eq:1", "filter=N:like:1", "filter=N", "filter=N:gte:abc", "filter=N:eq",
+			"filter=Name:empty:x", "sort=Nope", "sort=N,N", "limit=0", "limit=1001", "cursor=abc!", "cursor=" + url.QueryEscape("{}"),
+			"cursor=eyJhIjoxfQ", "filter=Name:gt:" + url.QueryEscape("\x00"),
+		} {
+			res := f.do("GET", "/api/v1/tables/"+tb.ID+"/rows?"+q, nil)
+			require.Equal(t, http.StatusBadRequest, res.Status, q)
+			require.Equal(t, "invalid_request", res.ErrorCode(t), q)
+		}
+		// A cursor is tied to its sort.
+		p := f.read("/api/v1/tables/" + tb.ID + "/rows?limit=10&sort=N")
+		res := f.do("GET", "/api/v1/tables/"+tb.ID+"/rows?limit=10&sort=-N&cursor="+*p.NextCursor, nil)
+		require.Equal(t, http.StatusBadRequest, res.Status)
+		res = f.do("GET", "/api/v1/tables/"+tb.ID+"/rows?limit=10&cursor="+*p.NextCursor, nil)
+		require.Equal(t, http.StatusBadRequest, res.Status)
+		res = f.do("GET", "/api/v1/tables/"+tb.ID+"/count?filter=Nope:eq:1", nil)
+		require.Equal(t, http.StatusBadRequest, res.Status)
+	})
+
+	t.Run("an unknown table is not found, sorted or not", func(t *testing.T) {
+		for _, q := range []string{"", "?sort=N", "?q=x"} {
+			res := f.do("GET", "/api/v1/tables/0190a000-0000-7000-8000-000000000000/rows"+q, nil)
+			require.Equal(t, http.StatusNotFound, res.Status)
+			res = f.do("GET", "/api/v1/tables/0190a000-0000-7000-8000-000000000000/count"+q, nil)
+			require.Equal(t, http.StatusNotFound, res.Status)
+		}
+	})
+}
