@@ -1,0 +1,151 @@
+package grid_test
+
+import (
+	"encoding/csv"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func allTypes(gate map[string]any) []map[string]any {
+	return []map[string]any{
+		field("Name", "text"), field("Notes", "long_text"), field("Score", "number", map[string]any{"precision": 2}),
+		field("VIP", "checkbox"), field("Born", "date"), field("Seen", "datetime"),
+		field("Tier", "single_select", map[string]any{"choices": []string{"gold", "silver"}}),
+		field("Tags", "multi_select", map[string]any{"choices": []string{"x", "y, z", "w"}}),
+		field("Mail", "email"), field("Site", "url"), field("Friends", "link", gate),
+	}
+}
+
+func (f *fixture) csvIn(tableID, body string) (int, map[string]any) {
+	f.t.Helper()
+	res := doWithHeader(f.t, "POST", f.app.URL+"/api/v1/tables/"+tableID+"/csv", f.token, body,
+		map[string]string{"Content-Type": "text/csv"})
+	return res.Status, res.Map(f.t)
+}
+
+func (f *fixture) csvOut(tableID string) [][]string {
+	f.t.Helper()
+	res := f.do("GET", "/api/v1/tables/"+tableID+"/csv", nil)
+	require.Equal(f.t, http.StatusOK, res.Status, string(res.Body))
+	require.True(f.t, strings.HasPrefix(res.Header.Get("Content-Type"), "text/csv"))
+	recs, err := csv.NewReader(strings.NewReader(string(res.Body))).ReadAll()
+	require.NoError(f.t, err)
+	return recs
+}
+
+func TestCSVRoundTrip(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	people := f.table("People", field("Name", "text"))
+	pids := f.insert(people, []map[string]any{{"Name": "Ann"}, {"Name": "Bob"}})
+	src := f.table("Source", allTypes(map[string]any{"table": people.ID})...)
+	rows := []map[string]any{
+		{"Name": "Ann, \"the\" first", "Notes": "line one\nline two", "Score": 3.14159, "VIP": true, "Born": "1990-05-06",
+			"Seen": "2026-03-04T05:06:07.123Z", "Tier": "gold", "Tags": []string{"x", "y, z"}, "Mail": "ann@example.com",
+			"Site": "https://example.com/a?b=c", "Friends": []string{pids[0], pids[1]}},
+		{"Name": "", "VIP": false, "Tags": []string{"w"}, "Score": -1e21},
+		{},
+	}
+	for i := range 1200 { // more than one export page
+		rows = append(rows, map[string]any{"Name": fmt.Sprintf("bulk %d", i), "Score": float64(i)})
+	}
+	f.insert(src, rows)
+
+	out := f.csvOut(src.ID)
+	require.Len(t, out, len(rows)+1)
+	require.Equal(t, []string{"Name", "Notes", "Score", "VIP", "Born", "Seen", "Tier", "Tags", "Mail", "Site", "Friends"}, out[0])
+
+	// Back in, into a table with the same fields: the same cells.
+	dst := f.table("Copy", allTypes(map[string]any{"table": people.ID})...)
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	require.NoError(t, w.WriteAll(out))
+	status, res := f.csvIn(dst.ID, b.String())
+	require.Equal(t, http.StatusCreated, status, "%v", res)
+	require.EqualValues(t, len(rows), res["inserted"])
+	require.EqualValues(t, 0, res["failed"])
+	require.Equal(t, out, f.csvOut(dst.ID))
+
+	a := f.read("/api/v1/tables/" + src.ID + "/rows?limit=3")
+	c := f.read("/api/v1/tables/" + dst.ID + "/rows?limit=3")
+	for i := range a.Rows {
+		want := map[string]any{}
+		for k, v := range a.Rows[i].Cells {
+			want[k] = v
+		}
+		got := map[string]any{}
+		for name, id := range src.Fields {
+			if v, ok := c.Rows[i].Cells[dst.Fields[name]]; ok {
+				got[id] = v
+			}
+		}
+		if v, ok := want[src.Fields["Name"]]; ok && v == "" {
+			delete(want, src.Fields["Name"]) // an empty text reads back as an empty cell
+		}
+		require.Equal(t, want, got, "row %d", i)
+	}
+}
+
+func TestCSVImportErrors(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tb := f.table("T", field("Name", "text"), field("N", "number"), field("Tier", "single_select", map[string]any{"choices": []string{"a"}}))
+
+	status, res := f.csvIn(tb.ID, "name,N,Tier\nok,1,a\nbad,one,a\nshort,2\nworse,3,b\n\"fine\",4,\n")
+	require.Equal(t, http.StatusCreated, status, "%v", res)
+	require.EqualValues(t, 2, res["inserted"])
+	require.EqualValues(t, 3, res["failed"])
+	errs := res["errors"].([]any)
+	require.Len(t, errs, 3)
+	require.EqualValues(t, 3, errs[0].(map[string]any)["line"])
+	require.Equal(t, "N", errs[0].(map[string]any)["field"])
+	require.EqualValues(t, 4, errs[1].(map[string]any)["line"])
+	require.EqualValues(t, 5, errs[2].(map[string]any)["line"])
+	require.Equal(t, "Tier", errs[2].(map[string]any)["field"])
+
+	// The error list is capped; the counts are not.
+	var b strings.Builder
+	b.WriteString("N\n")
+	for range 250 {
+		b.WriteString("x\n")
+	}
+	status, res = f.csvIn(tb.ID, b.String())
+	require.Equal(t, http.StatusCreated, status)
+	require.EqualValues(t, 250, res["failed"])
+	require.Len(t, res["errors"], 100)
+	require.Equal(t, true, res["errors_truncated"])
+
+	// A header naming no field, an empty body, or another media type: nothing imported.
+	status, res = f.csvIn(tb.ID, "Name,Nope\nx,y\n")
+	require.Equal(t, http.StatusUnprocessableEntity, status, "%v", res)
+	status, _ = f.csvIn(tb.ID, "")
+	require.Equal(t, http.StatusUnprocessableEntity, status)
+	r := f.do("POST", "/api/v1/tables/"+tb.ID+"/csv", "Name\nx\n")
+	require.Equal(t, http.StatusBadRequest, r.Status)
+	m := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+tb.ID+"/count", nil)
+	require.EqualValues(t, 2, m["count"])
+}
+
+// TestCSVImportLarge streams more than the server's general body limit
+// through the import, which bounds its own body.
+func TestCSVImportLarge(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tb := f.table("Big", field("Name", "text"), field("N", "number"), field("Notes", "long_text"))
+	pad := strings.Repeat("p", 1000)
+	var b strings.Builder
+	b.WriteString("Name,N,Notes\n")
+	n := 12_000 // about 12 MB, over the 10M limit of every other route
+	for i := range n {
+		fmt.Fprintf(&b, "row %d,%d,%s\n", i, i, pad)
+	}
+	status, res := f.csvIn(tb.ID, b.String())
+	require.Equal(t, http.StatusCreated, status, "%v", res)
+	require.EqualValues(t, n, res["inserted"])
+	m := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+tb.ID+"/count", nil)
+	require.EqualValues(t, n, m["count"])
+}
