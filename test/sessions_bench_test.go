@@ -1,0 +1,78 @@
+package test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/appdor/appdor/server"
+	"github.com/appdor/appdor/tenancy"
+	"github.com/appdor/appdor/test/testenv"
+)
+
+// BenchmarkAuthenticatedRead reads a 100-row page through the whole HTTP
+// stack, authenticated by a token (cached after its first lookup) and by a
+// session (one PostgreSQL query per request: the session, the membership of
+// the chosen realm and the realm's ceiling together). The gap is what a
+// browser pays for its session.
+func BenchmarkAuthenticatedRead(b *testing.B) {
+	// The limiter and the fairness controller would rightly refuse this
+	// flood from one realm; they are measured elsewhere.
+	app := testenv.NewApp(b, func(cfg *server.Config) { cfg.LimiterOff = true; cfg.Fairness.Off = true })
+	tn := app.NewTenant(b, tenancy.RoleEditor, nil)
+	res := app.Do(b, "POST", "/api/v1/apps", tn.Token, map[string]any{"name": "Bench"})
+	appID, _ := res.Map(b)["id"].(string)
+	res = app.Do(b, "POST", "/api/v1/apps/"+appID+"/tables", tn.Token, map[string]any{
+		"name": "People", "fields": []map[string]any{{"name": "Name", "type": "text"}},
+	})
+	tbl := res.Map(b)
+	tableID, _ := tbl["id"].(string)
+	fieldID, _ := tbl["fields"].([]any)[0].(map[string]any)["id"].(string)
+	rows := make([]map[string]any, 200)
+	for i := range rows {
+		rows[i] = map[string]any{"cells": map[string]any{fieldID: fmt.Sprintf("person %d", i)}}
+	}
+	if res := app.Do(b, "POST", "/api/v1/tables/"+tableID+"/rows", tn.Token, map[string]any{"rows": rows}); res.Status != http.StatusCreated {
+		b.Fatalf("seed: %d %s", res.Status, res.Body)
+	}
+	res = app.Do(b, "POST", "/api/v1/auth/login", "", map[string]any{"email": tn.Email, "password": tn.Password})
+	var session string
+	for _, ck := range cookiesOf(res) {
+		if ck.Name == tenancy.SessionCookie {
+			session = ck.Value
+		}
+	}
+	url := app.URL + "/api/v1/tables/" + tableID + "/rows?limit=100"
+	auth := map[string]func(*http.Request){
+		"token": func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+tn.Token) },
+		"session": func(r *http.Request) {
+			r.AddCookie(&http.Cookie{Name: tenancy.SessionCookie, Value: session})
+			r.Header.Set(tenancy.RealmHeader, tn.RealmID.String())
+		},
+	}
+	for _, name := range []string{"token", "session"} {
+		for _, clients := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%s/clients=%d", name, clients), func(b *testing.B) {
+				b.SetParallelism(clients) // × GOMAXPROCS goroutines
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						req, _ := http.NewRequest("GET", url, nil)
+						auth[name](req)
+						res, err := http.DefaultClient.Do(req)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, res.Body)
+						res.Body.Close()
+						if res.StatusCode != http.StatusOK {
+							b.Errorf("status %d", res.StatusCode)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
