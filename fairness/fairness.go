@@ -50,6 +50,7 @@ package fairness
 
 import (
 	"context"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,9 @@ type Config struct {
 	HotAfter int
 	// Now is the clock; nil is time.Now. Tests set it.
 	Now func() time.Time
+	// Log, when set, gets one line when a realm turns hot (the start of a
+	// refusal episode), not one per refusal.
+	Log *slog.Logger
 }
 
 // Sized returns cfg with every automatic value filled in.
@@ -156,6 +160,7 @@ type realm struct {
 	// debt grows by one per refusal and shrinks by one per admission; at
 	// HotAfter or more the realm is hot.
 	debt     int
+	hot      bool // logged as hot in this episode
 	gauge    prometheus.Gauge
 	admitted map[string]prometheus.Counter
 }
@@ -257,7 +262,15 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 			r.debt = min(r.debt+1, maxDebt)
 		}
 		hot := r.debt >= c.cfg.HotAfter
+		turned := hot && r.debt == c.cfg.HotAfter && !r.hot
+		r.hot = hot
+		inflight, share := r.inflight, c.share()
 		c.mu.Unlock()
+		if turned && c.cfg.Log != nil {
+			c.cfg.Log.Warn("fairness: realm is over its share and keeps asking; refusing with a hold",
+				slog.String("realm", realmName), slog.String("reason", reason),
+				slog.Int("inflight", inflight), slog.Int("share", share))
+		}
 		c.m.refused.WithLabelValues(realmName, class, reason).Inc()
 		ref := &Refusal{Reason: reason}
 		if hot {
@@ -291,6 +304,9 @@ func (c *Controller) admitLocked(r *realm, class string) {
 	c.total++
 	if r.debt > 0 {
 		r.debt--
+	}
+	if r.debt == 0 {
+		r.hot = false // the episode is over
 	}
 	r.gauge.Inc()
 	ctr := r.admitted[class]
