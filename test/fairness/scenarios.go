@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// plan holds the scenarios' sizes; the defaults fit the 8-minute budget on
+// a 2-core machine.
+type plan struct {
+	VictimRate    int
+	Warmup        time.Duration
+	Baseline      time.Duration
+	Recovery      time.Duration
+	StormWorkers  int
+	StormRequests int64
+	StormTimeout  time.Duration
+	EditorRate    int
+	AgentRate     int
+	Noise         time.Duration
+	ManyRealms    int
+	ManyWorkers   int
+	ManyStorm     time.Duration
+	QuietRate     int
+}
+
+func defaultPlan() plan {
+	return plan{
+		VictimRate:    200,
+		Warmup:        5 * time.Second,
+		Baseline:      6 * time.Second,
+		Recovery:      6 * time.Second,
+		StormWorkers:  60,
+		StormRequests: 3000,
+		StormTimeout:  120 * time.Second,
+		EditorRate:    10,
+		AgentRate:     600,
+		Noise:         8 * time.Second,
+		ManyRealms:    16,
+		ManyWorkers:   4,
+		ManyStorm:     10 * time.Second,
+		QuietRate:     200,
+	}
+}
+
+// quickPlan is a short run for working on the harness itself.
+func quickPlan() plan {
+	p := defaultPlan()
+	p.Warmup, p.Baseline, p.Recovery, p.Noise, p.ManyStorm = 2*time.Second, 2*time.Second, 2*time.Second, 3*time.Second, 3*time.Second
+	p.StormRequests, p.ManyRealms = 500, 4
+	return p
+}
+
+func progress(scenario, ph string, rec *recorder, arms ...string) {
+	var parts []string
+	for _, arm := range arms {
+		st := summarize(rec.sel(arm, ph))
+		part := fmt.Sprintf("%s n=%d p50=%.1fms p99=%.1fms", arm, st.N, st.P50, st.P99)
+		if st.Errors > 0 {
+			part += fmt.Sprintf(" errors=%d%v", st.Errors, st.ByCode)
+		}
+		parts = append(parts, part)
+	}
+	fmt.Printf("%-8s %-9s %s\n", scenario, ph, strings.Join(parts, "  "))
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
+func rowsURL(base string, t *tenant, limit int) string {
+	return fmt.Sprintf("%s/api/v1/tables/%s/rows?limit=%d", base, t.TableID, limit)
+}
+
+// stormOutcome is what one run of the storm scenario measured.
+type stormOutcome struct {
+	rec                       *recorder
+	baseline, storm, recovery stats
+	stormArm                  closedStats
+	metricsBefore, after      fairnessCounts
+}
+
+// runStorm: a victim realm reads 100 rows at a steady open-model rate through
+// warm-up, baseline, storm and recovery; in the storm phase a storm realm runs
+// StormRequests heavy 200-row reads from StormWorkers concurrent workers that
+// honor Retry-After.
+func runStorm(ctx context.Context, p plan, base, name string, victim, storm *tenant) (*stormOutcome, error) {
+	rec := newRecorder()
+	vctx, vcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		openArm(vctx, rec, "victim", p.VictimRate, vegeta.Target{Method: "GET", URL: rowsURL(base, victim, 100), Header: bearer(victim.Token)})
+	}()
+	out := &stormOutcome{rec: rec}
+
+	rec.begin("warmup")
+	wctx, wcancel := context.WithTimeout(ctx, p.Warmup)
+	closedArm(wctx, rec, "storm", 4, 0, true, rowsURL(base, storm, 200), storm.Token)
+	wcancel()
+	progress(name, "warmup", rec, "victim", "storm")
+
+	rec.begin("baseline")
+	sleepCtx(ctx, p.Baseline)
+	progress(name, "baseline", rec, "victim")
+
+	var err error
+	if out.metricsBefore, err = scrape(ctx, base, storm.RealmID); err != nil {
+		vcancel()
+		wg.Wait()
+		return nil, err
+	}
+	rec.begin("storm")
+	sctx, scancel := context.WithTimeout(ctx, p.StormTimeout)
+	out.stormArm = closedArm(sctx, rec, "storm", p.StormWorkers, p.StormRequests, true, rowsURL(base, storm, 200), storm.Token)
+	scancel()
+	progress(name, "storm", rec, "victim", "storm")
+	if out.after, err = scrape(ctx, base, storm.RealmID); err != nil {
+		vcancel()
+		wg.Wait()
+		return nil, err
+	}
+
+	rec.begin("recovery")
+	sleepCtx(ctx, p.Recovery)
+	vcancel()
+	wg.Wait()
+	rec.end()
+	progress(name, "recovery", rec, "victim")
+
+	out.baseline = summarize(rec.sel("victim", "baseline"))
+	out.storm = summarize(rec.sel("victim", "storm"))
+	out.recovery = summarize(rec.sel("victim", "recovery"))
+	return out, nil
+}
+
+// noisyOutcome is what the noisy-agent scenario measured.
+type noisyOutcome struct {
+	rec      *recorder
+	editors  map[string][2]stats // realm arm → baseline, noise
+	agent    []sample
+	duration time.Duration
+}
+
+// editorTargets is an editor's mix: read a page, list apps, search, save a row.
+func editorTargets(base string, t *tenant, token string) []vegeta.Target {
+	h := bearer(token)
+	hj := bearer(token)
+	hj.Set("Content-Type", "application/json")
+	save := fmt.Sprintf(`{"rows":[{"cells":{%q:"edited by the harness"}}]}`, t.Fields["Name"])
+	return []vegeta.Target{
+		{Method: "GET", URL: rowsURL(base, t, 50), Header: h},
+		{Method: "GET", URL: base + "/api/v1/apps", Header: h},
+		{Method: "GET", URL: fmt.Sprintf("%s/api/v1/tables/%s/rows?limit=50&q=harbor", base, t.TableID), Header: h},
+		{Method: "POST", URL: base + "/api/v1/tables/" + t.TableID + "/rows", Header: hj, Body: []byte(save)},
+	}
+}
+
+// runNoisy: editors in realm A (two) and realm B (one) read, list, search and
+// save at a steady rate; after a baseline an agent token in realm A, capped at
+// 60 a minute, tries AgentRate requests a second.
+func runNoisy(ctx context.Context, p plan, base string, a, b *tenant, editorsA []string, editorB, agentToken string) *noisyOutcome {
+	rec := newRecorder()
+	ectx, ecancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	arms := map[string][]vegeta.Target{
+		"editor-a1": editorTargets(base, a, editorsA[0]),
+		"editor-a2": editorTargets(base, a, editorsA[1]),
+		"editor-b":  editorTargets(base, b, editorB),
+	}
+	for arm, targets := range arms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			openArm(ectx, rec, arm, p.EditorRate, targets...)
+		}()
+	}
+	rec.begin("warmup")
+	sleepCtx(ctx, p.Warmup/2)
+	rec.begin("baseline")
+	sleepCtx(ctx, p.Noise)
+	progress("noisy", "baseline", rec, "editor-a1", "editor-a2", "editor-b")
+
+	rec.begin("noise")
+	actx, acancel := context.WithTimeout(ctx, p.Noise)
+	start := time.Now()
+	openArm(actx, rec, "agent", p.AgentRate, vegeta.Target{Method: "GET", URL: rowsURL(base, a, 20), Header: bearer(agentToken)})
+	acancel()
+	out := &noisyOutcome{rec: rec, duration: time.Since(start)}
+	ecancel()
+	wg.Wait()
+	rec.end()
+	progress("noisy", "noise", rec, "editor-a1", "editor-a2", "editor-b", "agent")
+
+	merge := func(ph string, arms ...string) stats {
+		var ss []sample
+		for _, arm := range arms {
+			ss = append(ss, rec.sel(arm, ph)...)
+		}
+		return summarize(ss)
+	}
+	out.editors = map[string][2]stats{
+		"realm_a": {merge("baseline", "editor-a1", "editor-a2"), merge("noise", "editor-a1", "editor-a2")},
+		"realm_b": {merge("baseline", "editor-b"), merge("noise", "editor-b")},
+	}
+	out.agent = rec.sel("agent", "noise")
+	return out
+}
+
+// manyOutcome is what the many-realms scenario measured.
+type manyOutcome struct {
+	rec             *recorder
+	baseline, storm stats
+	storms          closedStats
+}
+
+// runMany: one quiet realm reads at a steady rate; after a baseline, many
+// storm realms run heavy reads at once, honoring Retry-After, for a while.
+func runMany(ctx context.Context, p plan, base string, quiet *tenant, storms []*tenant) *manyOutcome {
+	rec := newRecorder()
+	qctx, qcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		openArm(qctx, rec, "quiet", p.QuietRate, vegeta.Target{Method: "GET", URL: rowsURL(base, quiet, 100), Header: bearer(quiet.Token)})
+	}()
+	rec.begin("warmup")
+	sleepCtx(ctx, p.Warmup/2)
+	rec.begin("baseline")
+	sleepCtx(ctx, p.Baseline)
+	progress("many", "baseline", rec, "quiet")
+
+	rec.begin("storm")
+	sctx, scancel := context.WithTimeout(ctx, p.ManyStorm)
+	var mu sync.Mutex
+	out := &manyOutcome{rec: rec}
+	var swg sync.WaitGroup
+	for _, s := range storms {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			st := closedArm(sctx, rec, "storms", p.ManyWorkers, 0, true, rowsURL(base, s, 200), s.Token)
+			mu.Lock()
+			out.storms.Requests += st.Requests
+			out.storms.OK += st.OK
+			out.storms.Refused += st.Refused
+			out.storms.Errors += st.Errors
+			mu.Unlock()
+		}()
+	}
+	swg.Wait()
+	scancel()
+	qcancel()
+	wg.Wait()
+	rec.end()
+	progress("many", "storm", rec, "quiet", "storms")
+	out.baseline = summarize(rec.sel("quiet", "baseline"))
+	out.storm = summarize(rec.sel("quiet", "storm"))
+	return out
+}
+
+// fairnessCounts are the controller's counters for one realm, from /metrics.
+type fairnessCounts struct {
+	Admitted float64 `json:"admitted"`
+	Refused  float64 `json:"refused"`
+}
+
+// scrape reads /metrics and sums the fairness counters of realm.
+func scrape(ctx context.Context, base, realm string) (fairnessCounts, error) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fairnessCounts{}, err
+	}
+	defer res.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(io.Reader(res.Body))
+	if err != nil {
+		return fairnessCounts{}, fmt.Errorf("parsing /metrics: %w", err)
+	}
+	var c fairnessCounts
+	sum := func(name string) float64 {
+		total := 0.0
+		f, ok := families[name]
+		if !ok {
+			return 0
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "realm" && l.GetValue() == realm && m.GetCounter() != nil {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return total
+	}
+	c.Admitted = sum("appdor_fairness_admitted_total")
+	c.Refused = sum("appdor_fairness_refused_total")
+	return c, nil
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"time"
+)
+
+// tenant is a seeded realm: a member's token and a table of rows.
+type tenant struct {
+	Name    string
+	RealmID string
+	Email   string
+	Token   string
+	TableID string
+	Fields  map[string]string // field name → id
+	RowIDs  []string
+}
+
+var seedFields = []map[string]any{
+	{"name": "Name", "type": "text"},
+	{"name": "Notes", "type": "long_text"},
+	{"name": "Amount", "type": "number", "options": map[string]any{"precision": 2}},
+	{"name": "Done", "type": "checkbox"},
+	{"name": "Due", "type": "date"},
+	{"name": "Status", "type": "single_select", "options": map[string]any{"choices": []string{"new", "open", "won", "lost"}}},
+	{"name": "Email", "type": "email"},
+	{"name": "Site", "type": "url"},
+}
+
+var words = []string{"alpha", "bravo", "cedar", "delta", "ember", "fjord", "grove", "harbor", "island", "juniper", "kestrel", "lumen"}
+
+func apiCall(ctx context.Context, method, url, token string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, b, err
+}
+
+// seedTenant makes a realm, an owner, a token (with a ceiling when rpm > 0)
+// through the CLI, then a table of 8 fields and rows through the API.
+func (s *stack) seedTenant(ctx context.Context, base, name string, rows int) (*tenant, error) {
+	r, err := s.cli(ctx, "realm", "create", name)
+	if err != nil {
+		return nil, err
+	}
+	t := &tenant{Name: name, RealmID: r["id"].(string), Email: fmt.Sprintf("owner@%s.test", name), Fields: map[string]string{}}
+	if _, err := s.cli(ctx, "user", "create", "--realm", t.RealmID, "--email", t.Email, "--password", "storm-harness", "--role", "owner"); err != nil {
+		return nil, err
+	}
+	if t.Token, err = s.token(ctx, t, "editor", 0); err != nil {
+		return nil, err
+	}
+	code, body, err := apiCall(ctx, "POST", base+"/api/v1/apps", t.Token, map[string]any{"name": "Sales"})
+	if err != nil || code != 201 {
+		return nil, fmt.Errorf("create app: %d %s %v", code, body, err)
+	}
+	var app struct{ ID string }
+	_ = json.Unmarshal(body, &app)
+	code, body, err = apiCall(ctx, "POST", base+"/api/v1/apps/"+app.ID+"/tables", t.Token,
+		map[string]any{"name": "Deals", "fields": seedFields})
+	if err != nil || code != 201 {
+		return nil, fmt.Errorf("create table: %d %s %v", code, body, err)
+	}
+	var tbl struct {
+		ID     string
+		Fields []struct{ ID, Name string }
+	}
+	_ = json.Unmarshal(body, &tbl)
+	t.TableID = tbl.ID
+	for _, f := range tbl.Fields {
+		t.Fields[f.Name] = f.ID
+	}
+	rng := rand.New(rand.NewPCG(uint64(len(name)), 7))
+	for done := 0; done < rows; {
+		n := min(1000, rows-done)
+		batch := make([]map[string]any, n)
+		for i := range batch {
+			k := done + i
+			w := words[rng.IntN(len(words))]
+			batch[i] = map[string]any{"cells": map[string]any{
+				t.Fields["Name"]:   fmt.Sprintf("%s deal %d", w, k),
+				t.Fields["Notes"]:  fmt.Sprintf("Call %s about the %s renewal; follow up next week.", w, words[k%len(words)]),
+				t.Fields["Amount"]: float64(rng.IntN(1_000_000)) / 100,
+				t.Fields["Done"]:   k%3 == 0,
+				t.Fields["Due"]:    time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, k%365).Format(time.DateOnly),
+				t.Fields["Status"]: []string{"new", "open", "won", "lost"}[k%4],
+				t.Fields["Email"]:  fmt.Sprintf("contact%d@%s.example", k, w),
+				t.Fields["Site"]:   fmt.Sprintf("https://%s.example/%d", w, k),
+			}}
+		}
+		code, body, err := apiCall(ctx, "POST", base+"/api/v1/tables/"+t.TableID+"/rows", t.Token, map[string]any{"rows": batch})
+		if err != nil || code != 201 {
+			return nil, fmt.Errorf("seed rows: %d %.300s %v", code, body, err)
+		}
+		var out struct{ Rows []struct{ ID string } }
+		_ = json.Unmarshal(body, &out)
+		for _, r := range out.Rows {
+			t.RowIDs = append(t.RowIDs, r.ID)
+		}
+		done += n
+	}
+	return t, nil
+}
+
+// token makes another token for the tenant's owner, with a ceiling when
+// rpm > 0.
+func (s *stack) token(ctx context.Context, t *tenant, name string, rpm int) (string, error) {
+	args := []string{"token", "create", "--realm", t.RealmID, "--user", t.Email, "--name", name}
+	if rpm > 0 {
+		args = append(args, "--requests-per-minute", fmt.Sprint(rpm))
+	}
+	tok, err := s.cli(ctx, args...)
+	if err != nil {
+		return "", err
+	}
+	return tok["token"].(string), nil
+}
