@@ -37,7 +37,7 @@ const (
 // Defaults for Config.
 const (
 	DefaultRealmLimit       = 6000 // requests per minute
-	DefaultTimeout          = 50 * time.Millisecond
+	DefaultTimeout          = 100 * time.Millisecond
 	DefaultPause            = 500 * time.Millisecond
 	DefaultErrorLogInterval = 10 * time.Second
 )
@@ -215,8 +215,13 @@ func (l *Limiter) Allow(ctx context.Context, s Subject) Decision {
 		err = errors.New("limiter: unexpected script reply")
 	}
 	if err != nil {
-		// A request whose client went away says nothing about Redis.
-		return l.failOpen(realm, scopes[0], err, ctx.Err() == nil)
+		// Only a failed connection pauses the asking. A request whose client
+		// went away says nothing about Redis, and a timeout may be this
+		// process's own CPU under a storm: pausing then would switch the
+		// limiter off exactly when it is needed. A timeout costs its request
+		// the timeout, no more.
+		paused := ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded)
+		return l.failOpen(realm, scopes[0], err, paused)
 	}
 	if l.failing.CompareAndSwap(true, false) {
 		l.log.Info("limiter: redis answers again; deciding requests", slog.Int64("failed_decisions", l.unlogged.Swap(0)))
@@ -244,14 +249,16 @@ func (l *Limiter) Allow(ctx context.Context, s Subject) Decision {
 }
 
 // failOpen allows a request the limiter could not decide, counts it, logs at
-// most once per interval, and (when Redis itself failed) leaves Redis alone
-// for a moment, so a Redis that hangs costs requests nothing but the first
-// timeout.
-func (l *Limiter) failOpen(realm string, scope Scope, err error, redisFailed bool) Decision {
+// most once per interval, and (pause: the connection to Redis failed) leaves
+// Redis alone for a moment, so that a Redis that is gone costs requests
+// nothing while rueidis reconnects on the next call.
+func (l *Limiter) failOpen(realm string, scope Scope, err error, pause bool) Decision {
 	l.decisions.WithLabelValues(realm, string(scope), "error").Inc()
 	now := time.Now().UnixNano()
-	if redisFailed {
+	if pause {
 		l.pausedUntil.Store(now + int64(l.pause))
+	}
+	if !errors.Is(err, errPaused) {
 		l.failing.Store(true)
 	}
 	l.unlogged.Add(1)

@@ -3,6 +3,8 @@ package limiter_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,4 +327,46 @@ func BenchmarkAllow(b *testing.B) {
 			}
 		})
 	})
+}
+
+// countingHandler counts the log records with a given message.
+type countingHandler struct {
+	msg string
+	n   *atomic.Int64
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestFailOpen: when Redis cannot answer in time every request is allowed,
+// each is counted as an error, and the log says so once per interval.
+func TestFailOpen(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var logged atomic.Int64
+	reg := prometheus.NewRegistry()
+	lim := limiter.New(limiter.Config{
+		Client:           f.client,
+		Registerer:       reg,
+		Timeout:          time.Nanosecond, // nothing answers that fast
+		ErrorLogInterval: time.Hour,
+		Log:              slog.New(countingHandler{msg: "limiter: redis unreachable; allowing requests unlimited", n: &logged}),
+	})
+	defer lim.Close()
+	s := limiter.Subject{Realm: uuid.New(), Token: uuid.New(), TokenLimit: 1}
+	for range 50 {
+		d := lim.Allow(context.Background(), s)
+		require.True(t, d.Allowed)
+		require.Error(t, d.Err)
+		require.Zero(t, d.Limit, "nothing decided, nothing claimed")
+	}
+	require.Equal(t, 50.0, decisions(t, reg, s.Realm, "token", "error"))
+	require.Equal(t, int64(1), logged.Load())
 }
