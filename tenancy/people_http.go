@@ -4,22 +4,142 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/appdor/appdor"
 )
 
-// PeopleRoutes registers sign-in, sign-out and /me on g, the public API
-// group: sign-in needs no credential, sign-out ends whatever session the
-// cookie names, and /me identifies the person without choosing a realm.
-func (s *Service) PeopleRoutes(g *echo.Group) {
-	g.POST("/auth/login", s.login)
-	g.POST("/auth/logout", s.logout)
-	g.GET("/me", s.me, s.Identify())
+// DefaultLoginWait is how long a sign-in waits for a free password check
+// before it is refused.
+const DefaultLoginWait = 500 * time.Millisecond
+
+// PeopleConfig bounds sign-in. A password check is bcrypt: tens of
+// milliseconds of CPU that anyone may ask for without a credential, so
+// checks run a few at a time, and a sign-in that finds no free check within
+// LoginWait is refused (429 concurrency_limited, Retry-After) rather than
+// taking the cores every realm's requests need.
+type PeopleConfig struct {
+	// LoginConcurrency is how many password checks may run at once; 0 is
+	// half the cores, at least 1.
+	LoginConcurrency int
+	// LoginWait is how long a sign-in waits for a check; 0 is DefaultLoginWait.
+	LoginWait time.Duration
+	// Log and Registerer receive the login_concurrency refusals and the
+	// sign-in counters; nil discards them.
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// People serves sign-in, sign-out and /me.
+type People struct {
+	svc   *Service
+	slots chan struct{}
+	wait  time.Duration
+	log   *slog.Logger
+
+	logins  *prometheus.CounterVec // by result: ok, wrong, refused
+	refused prometheus.Counter
+
+	mu       sync.Mutex
+	lastLog  time.Time
+	sinceLog int
+	logEvery time.Duration
+}
+
+// NewPeople returns the sign-in handlers of s, bounded by cfg.
+func NewPeople(s *Service, cfg PeopleConfig) *People {
+	n := cfg.LoginConcurrency
+	if n <= 0 {
+		n = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	if cfg.LoginWait <= 0 {
+		cfg.LoginWait = DefaultLoginWait
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	p := &People{
+		svc: s, slots: make(chan struct{}, n), wait: cfg.LoginWait, log: cfg.Log, logEvery: 10 * time.Second,
+		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appdor_logins_total",
+			Help: "Sign-ins by result: ok, wrong (email or password), refused (login_concurrency).",
+		}, []string{"result"}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appdor_login_concurrency_refused_total",
+			Help: "Sign-ins refused because every password check was busy for the whole wait (login_concurrency).",
+		}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(p.logins, p.refused)
+	}
+	return p
+}
+
+// Routes registers sign-in, sign-out and /me on g, the public API group:
+// sign-in needs no credential, sign-out ends whatever session the cookie
+// names, and /me identifies the person without choosing a realm.
+func (p *People) Routes(g *echo.Group) {
+	g.POST("/auth/login", p.login)
+	g.POST("/auth/logout", p.svc.logout)
+	g.GET("/me", p.svc.me, p.svc.Identify())
+}
+
+// PeopleRoutes registers the people routes with the default bounds.
+func (s *Service) PeopleRoutes(g *echo.Group) { NewPeople(s, PeopleConfig{}).Routes(g) }
+
+var errLoginBusy = &appdor.Error{
+	Code:       appdor.EConcurrencyLimited,
+	Message:    "too many sign-ins at once; retry shortly",
+	RetryAfter: time.Second,
+}
+
+// acquire takes a password-check slot, waiting at most p.wait.
+func (p *People) acquire(c echo.Context) (release func(), err error) {
+	select {
+	case p.slots <- struct{}{}:
+		return func() { <-p.slots }, nil
+	default:
+	}
+	t := time.NewTimer(p.wait)
+	defer t.Stop()
+	select {
+	case p.slots <- struct{}{}:
+		return func() { <-p.slots }, nil
+	case <-c.Request().Context().Done():
+		return nil, c.Request().Context().Err()
+	case <-t.C:
+	}
+	p.refused.Inc()
+	p.logins.WithLabelValues("refused").Inc()
+	p.logRefusal(c)
+	return nil, errLoginBusy
+}
+
+// logRefusal writes the login_concurrency line at most every ten seconds,
+// with the number of refusals since the last one, so a flood cannot flood
+// the log too.
+func (p *People) logRefusal(c echo.Context) {
+	p.mu.Lock()
+	p.sinceLog++
+	now := time.Now()
+	if now.Sub(p.lastLog) < p.logEvery {
+		p.mu.Unlock()
+		return
+	}
+	n := p.sinceLog
+	p.lastLog, p.sinceLog = now, 0
+	p.mu.Unlock()
+	p.log.Warn("login_concurrency: sign-in refused, every password check busy",
+		slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)),
+		slog.Int("refused", n), slog.Int("login_concurrency", cap(p.slots)))
 }
 
 // MeResponse is the answer of sign-in and of GET /me.
@@ -28,7 +148,7 @@ type MeResponse struct {
 	Realms []RealmRole `json:"realms"`
 }
 
-func (s *Service) login(c echo.Context) error {
+func (p *People) login(c echo.Context) error {
 	var in struct {
 		Email    string `json:"email"`
 		Password string `json:"password"`
@@ -44,12 +164,21 @@ func (s *Service) login(c echo.Context) error {
 		}
 		return appdor.Errorf(appdor.EInvalid, "the request body is not valid JSON; expected {\"email\",\"password\"}")
 	}
-	ctx := c.Request().Context()
-	sess, user, err := s.Login(ctx, in.Email, in.Password)
+	release, err := p.acquire(c)
 	if err != nil {
 		return err
 	}
-	_, realms, err := s.Me(ctx, user.ID, nil)
+	ctx := c.Request().Context()
+	sess, user, err := p.svc.Login(ctx, in.Email, in.Password)
+	release()
+	if err != nil {
+		if appdor.ErrorCode(err) == appdor.EUnauthorized {
+			p.logins.WithLabelValues("wrong").Inc()
+		}
+		return err
+	}
+	p.logins.WithLabelValues("ok").Inc()
+	_, realms, err := p.svc.Me(ctx, user.ID, nil)
 	if err != nil {
 		return err
 	}

@@ -23,10 +23,10 @@ import (
 type roleScenario struct {
 	method, route string
 	// min is the lowest role that may use the route; "" for a public route,
-	// which answers public to every caller.
+	// which answers public to every roleCaller.
 	min    tenancy.Role
 	public int
-	// ok is the status when the caller's role suffices.
+	// ok is the status when the roleCaller's role suffices.
 	ok int
 	// body builds the request body: nil for none, a csvBody for CSV, else JSON.
 	body func(f roleFixture) any
@@ -91,7 +91,7 @@ var roleScenarios = []roleScenario{
 	{method: "DELETE", route: "/api/v1/tokens/:id", min: tenancy.RoleOwner, ok: http.StatusNoContent},
 }
 
-// expect is the status a caller with role ("" for none) gets.
+// expect is the status a roleCaller with role ("" for none) gets.
 func (s roleScenario) expect(role tenancy.Role) int {
 	switch {
 	case s.min == "":
@@ -109,9 +109,9 @@ func (s roleScenario) path(f roleFixture) string {
 		Replace(s.route)
 }
 
-// caller is who sends a scenario's request: a role through a token or a
+// roleCaller is who sends a scenario's request: a role through a token or a
 // session, or nobody.
-type caller struct {
+type roleCaller struct {
 	name    string
 	role    tenancy.Role
 	token   string
@@ -119,7 +119,7 @@ type caller struct {
 }
 
 // send makes one request as c; JSON bodies as JSON, CSV as text/csv.
-func (c caller) send(t *testing.T, app *testenv.App, method, path string, body any) testenv.Response {
+func (c roleCaller) send(t *testing.T, app *testenv.App, method, path string, body any) testenv.Response {
 	t.Helper()
 	var rd io.Reader
 	ctype := ""
@@ -154,9 +154,9 @@ func (c caller) send(t *testing.T, app *testenv.App, method, path string, body a
 	return testenv.Response{Status: res.StatusCode, Header: res.Header, Body: data}
 }
 
-// apiRoutes lists the router's API routes as "METHOD /path", leaving out
+// routerAPIRoutes lists the router's API routes as "METHOD /path", leaving out
 // what is not API (health, metrics, the UI) and Echo's not-found catch-alls.
-func apiRoutes(app *testenv.App) []string {
+func routerAPIRoutes(app *testenv.App) []string {
 	var out []string
 	for _, r := range app.Handler().(*echo.Echo).Routes() {
 		if r.Method == echo.RouteNotFound || !strings.HasPrefix(r.Path, "/api/v1/") || strings.Contains(r.Path, "*") {
@@ -178,7 +178,7 @@ func TestRolesCoverEveryRoute(t *testing.T) {
 		table = append(table, s.method+" "+s.route)
 	}
 	slices.Sort(table)
-	require.Equal(t, apiRoutes(app), table, "every API route needs its row in roleScenarios (test/roles_test.go)")
+	require.Equal(t, routerAPIRoutes(app), table, "every API route needs its row in roleScenarios (test/roles_test.go)")
 }
 
 // TestRoles runs every route as owner, editor and viewer, through a token
@@ -191,14 +191,14 @@ func TestRoles(t *testing.T) {
 	editor := app.AddMember(t, owner.RealmID, tenancy.RoleEditor, nil)
 	viewer := app.AddMember(t, owner.RealmID, tenancy.RoleViewer, nil)
 
-	callers := []caller{{name: "nobody"}}
+	callers := []roleCaller{{name: "nobody"}}
 	for _, m := range []testenv.Tenant{owner, editor, viewer} {
-		b, res := login(t, app, m.Email, m.Password)
+		b, res := signIn(t, app, m.Email, m.Password)
 		require.Equal(t, http.StatusOK, res.Status, string(res.Body))
 		b.realm = m.RealmID.String()
 		callers = append(callers,
-			caller{name: string(m.Role) + " token", role: m.Role, token: m.Token},
-			caller{name: string(m.Role) + " session", role: m.Role, browser: b})
+			roleCaller{name: string(m.Role) + " token", role: m.Role, token: m.Token},
+			roleCaller{name: string(m.Role) + " session", role: m.Role, browser: b})
 	}
 
 	fixture := func(t *testing.T) roleFixture {
@@ -223,7 +223,7 @@ func TestRoles(t *testing.T) {
 				}
 				if s.route == "/api/v1/auth/logout" && c.browser != nil {
 					// Signing out must not end the session the next scenarios use.
-					fresh, res := login(t, app, emailOf(c, owner, editor, viewer), owner.Password)
+					fresh, res := signIn(t, app, emailOf(c, owner, editor, viewer), owner.Password)
 					require.Equal(t, http.StatusOK, res.Status)
 					fresh.realm = owner.RealmID.String()
 					c.browser = fresh
@@ -244,7 +244,7 @@ func TestRoles(t *testing.T) {
 	}
 }
 
-func emailOf(c caller, members ...testenv.Tenant) string {
+func emailOf(c roleCaller, members ...testenv.Tenant) string {
 	for _, m := range members {
 		if m.Role == c.role {
 			return m.Email

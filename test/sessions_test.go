@@ -24,8 +24,8 @@ type browser struct {
 	realm   string // X-Appdor-Realm, "" for none
 }
 
-// login signs in through the API and returns the browser and the answer.
-func login(t *testing.T, app *testenv.App, email, password string) (*browser, testenv.Response) {
+// signIn signs in through the API and returns the browser and the answer.
+func signIn(t *testing.T, app *testenv.App, email, password string) (*browser, testenv.Response) {
 	t.Helper()
 	res := app.Do(t, "POST", "/api/v1/auth/login", "", map[string]any{"email": email, "password": password})
 	b := &browser{app: app}
@@ -110,7 +110,7 @@ func TestLoginSetsCookiesAndStoresOnlyAHash(t *testing.T) {
 	app := testenv.SharedApp(t)
 	a := app.NewTenant(t, tenancy.RoleEditor, nil)
 
-	b, res := login(t, app, a.Email, a.Password)
+	b, res := signIn(t, app, a.Email, a.Password)
 	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
 	var me meBody
 	res.JSON(t, &me)
@@ -187,7 +187,7 @@ func TestLoginRefusesWithOneMessage(t *testing.T) {
 	require.Equal(t, "invalid_request", res.ErrorCode(t))
 
 	// The email is matched without regard to case.
-	_, res = login(t, app, bytes.NewBuffer(bytes.ToUpper([]byte(a.Email))).String(), a.Password)
+	_, res = signIn(t, app, bytes.NewBuffer(bytes.ToUpper([]byte(a.Email))).String(), a.Password)
 	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
 }
 
@@ -195,7 +195,7 @@ func TestLogoutEndsTheSession(t *testing.T) {
 	t.Parallel()
 	app := testenv.SharedApp(t)
 	a := app.NewTenant(t, tenancy.RoleViewer, nil)
-	b, res := login(t, app, a.Email, a.Password)
+	b, res := signIn(t, app, a.Email, a.Password)
 	require.Equal(t, http.StatusOK, res.Status)
 
 	// Another site cannot sign the person out: logout needs the CSRF token.
@@ -231,7 +231,7 @@ func TestExpiredSessionIsUnauthorized(t *testing.T) {
 	t.Parallel()
 	app := testenv.SharedApp(t)
 	a := app.NewTenant(t, tenancy.RoleOwner, nil)
-	b, _ := login(t, app, a.Email, a.Password)
+	b, _ := signIn(t, app, a.Email, a.Password)
 	sum := sha256.Sum256([]byte(b.session))
 	_, err := testenv.Pool(t).Exec(t.Context(), `UPDATE sessions SET expires_at = now() - interval '1 second' WHERE hash = $1`, sum[:])
 	require.NoError(t, err)
@@ -252,7 +252,7 @@ func TestMeListsRealmsAndRoles(t *testing.T) {
 	_, err = app.Tenancy.CreateUser(t.Context(), other.ID, a.Email, a.Password, tenancy.RoleViewer)
 	require.NoError(t, err)
 
-	b, res := login(t, app, a.Email, a.Password)
+	b, res := signIn(t, app, a.Email, a.Password)
 	require.Equal(t, http.StatusOK, res.Status)
 	for _, r := range []testenv.Response{res, b.do(t, "GET", "/api/v1/me", nil)} {
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
@@ -297,7 +297,7 @@ func TestSessionRealmChoice(t *testing.T) {
 	res = app.Do(t, "POST", "/api/v1/apps", ownerB.Token, map[string]any{"name": "in B"})
 	require.Equal(t, http.StatusCreated, res.Status)
 
-	b, _ := login(t, app, a.Email, a.Password)
+	b, _ := signIn(t, app, a.Email, a.Password)
 	appNames := func(r testenv.Response) []string {
 		var body struct {
 			Apps []struct{ Name string } `json:"apps"`
@@ -340,7 +340,7 @@ func TestSessionRealmChoice(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.do(t, "GET", "/api/v1/me", nil).Status)
 
 	// A member of one realm may leave the header out.
-	single, _ := login(t, app, stranger.Email, stranger.Password)
+	single, _ := signIn(t, app, stranger.Email, stranger.Password)
 	require.Equal(t, http.StatusOK, single.do(t, "GET", "/api/v1/apps", nil).Status)
 }
 
@@ -348,11 +348,11 @@ func TestSessionCSRF(t *testing.T) {
 	t.Parallel()
 	app := testenv.SharedApp(t)
 	a := app.NewTenant(t, tenancy.RoleEditor, nil)
-	b, _ := login(t, app, a.Email, a.Password)
+	b, _ := signIn(t, app, a.Email, a.Password)
 
 	body := map[string]any{"name": "csrf"}
 	for name, value := range map[string]string{"missing": "", "wrong": "x" + b.csrf[1:], "another session's": func() string {
-		c, _ := login(t, app, a.Email, a.Password)
+		c, _ := signIn(t, app, a.Email, a.Password)
 		return c.csrf
 	}()} {
 		res := b.do(t, "POST", "/api/v1/apps", body, tenancy.CSRFHeader, value)
@@ -379,7 +379,7 @@ func TestSessionCannotReadAnotherRealm(t *testing.T) {
 	victim := app.NewTenant(t, tenancy.RoleOwner, nil)
 	sv := seed(t, app, victim.Token, 2)
 
-	b, _ := login(t, app, a.Email, a.Password)
+	b, _ := signIn(t, app, a.Email, a.Password)
 	for _, realm := range []string{"", a.RealmID.String(), victim.RealmID.String()} {
 		b.realm = realm
 		for _, path := range []string{

@@ -1,0 +1,59 @@
+package tenancy
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/appdor/appdor"
+)
+
+// TestLoginConcurrencyRefuses: with every password check busy for the whole
+// wait, a sign-in is refused with concurrency_limited and a Retry-After, is
+// counted, and never reaches the database (the Service here has none).
+func TestLoginConcurrencyRefuses(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	p := NewPeople(New(nil), PeopleConfig{LoginConcurrency: 1, LoginWait: time.Millisecond, Registerer: reg})
+	p.slots <- struct{}{} // the one check is busy
+
+	e := echo.New()
+	req := httptest.NewRequest(http.MethodPost, "/api/v1/auth/login", strings.NewReader(`{"email":"a@b.c","password":"whatever1"}`))
+	err := p.login(e.NewContext(req, httptest.NewRecorder()))
+	require.Equal(t, appdor.EConcurrencyLimited, appdor.ErrorCode(err))
+	var ae *appdor.Error
+	require.ErrorAs(t, err, &ae)
+	require.Positive(t, ae.RetryAfter)
+	require.Equal(t, 1.0, counterValue(t, p.refused))
+	require.Equal(t, 1.0, counterValue(t, p.logins.WithLabelValues("refused")))
+}
+
+func TestLoginConcurrencyDefault(t *testing.T) {
+	t.Parallel()
+	p := NewPeople(New(nil), PeopleConfig{})
+	require.GreaterOrEqual(t, cap(p.slots), 1)
+	require.Equal(t, DefaultLoginWait, p.wait)
+}
+
+func TestCSRFToken(t *testing.T) {
+	t.Parallel()
+	a, b := "aps_one", "aps_two"
+	require.True(t, CheckCSRF(a, CSRFToken(a)))
+	require.False(t, CheckCSRF(a, CSRFToken(b)))
+	require.False(t, CheckCSRF(a, ""))
+	require.NotEqual(t, string(hashSecret(a)), CSRFToken(a))
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+	return m.GetCounter().GetValue()
+}
