@@ -23,10 +23,10 @@ import (
 type roleScenario struct {
 	method, route string
 	// min is the lowest role that may use the route; "" for a public route,
-	// which answers public to every roleCaller.
+	// which answers public to every caller.
 	min    tenancy.Role
 	public int
-	// ok is the status when the roleCaller's role suffices.
+	// ok is the status when the caller's role suffices.
 	ok int
 	// body builds the request body: nil for none, a csvBody for CSV, else JSON.
 	body func(f roleFixture) any
@@ -91,7 +91,7 @@ var roleScenarios = []roleScenario{
 	{method: "DELETE", route: "/api/v1/tokens/:id", min: tenancy.RoleOwner, ok: http.StatusNoContent},
 }
 
-// expect is the status a roleCaller with role ("" for none) gets.
+// expect is the status a caller with role ("" for none) gets.
 func (s roleScenario) expect(role tenancy.Role) int {
 	switch {
 	case s.min == "":
