@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/rueidis"
 
+	"github.com/appdor/appdor/fairness"
 	"github.com/appdor/appdor/grid"
 	"github.com/appdor/appdor/limiter"
 	"github.com/appdor/appdor/migrations"
@@ -48,6 +49,9 @@ type Config struct {
 	// RealmRequestsPerMinute is every realm's API ceiling unless the realm
 	// sets its own; 0 for limiter.DefaultRealmLimit.
 	RealmRequestsPerMinute int
+	// Fairness sizes the per-realm admission controller; the zero value is
+	// on, sized by the cores and DBMaxConns.
+	Fairness fairness.Config
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -87,6 +91,9 @@ type App struct {
 
 	limiter        *limiter.Limiter
 	stopTokenCache func()
+
+	fair        *fairness.Controller
+	httpMetrics *httpMetrics
 }
 
 // New connects to PostgreSQL and Redis, migrates when asked (or checks that
@@ -143,6 +150,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.tenancy = tenancy.New(a.pool)
 	a.startLimiter(ctx)
 	a.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.setupMetrics()
+	a.setupFairness()
 	a.routes()
 	ok = true
 	return a, nil
@@ -228,6 +237,7 @@ func (a *App) routes() {
 			return err
 		},
 	}))
+	e.Use(a.observe)
 	e.Use(a.accessLog)
 	e.Use(middleware.BodyLimit(a.cfg.BodyLimit))
 
@@ -240,10 +250,14 @@ func (a *App) routes() {
 	// realm data, or a realm's people and tokens.
 	v1 := e.Group("/api/v1")
 	api := v1.Group("", a.tenancy.Authenticate(), a.rateLimit())
+	api.Use(a.admit()) // the last gate: keep it after every other middleware of api
 	v1.GET("/openapi.json", openAPIDocument)
 	a.tenancy.PeopleRoutes(v1)
 
 	gh := grid.New(a.db)
+	if a.fair != nil {
+		gh.Gate = a.fair // CSV imports take their slots from the same controller
+	}
 	gh.Routes(api)
 	a.tenancy.TokenRoutes(api)
 

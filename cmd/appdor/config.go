@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/appdor/appdor/fairness"
 	"github.com/appdor/appdor/server"
 )
 
@@ -41,13 +42,21 @@ var (
 	sLogLevel    = setting{"log-level", "APPDOR_LOG_LEVEL", "info", "debug, info, warn or error"}
 	sLimiter     = setting{"limiter", "APPDOR_LIMITER", "on", "rate limit the API with GCRA in Redis; off is for diagnosis only"}
 	sRealmRPM    = setting{"realm-requests-per-minute", "APPDOR_REALM_REQUESTS_PER_MINUTE", "6000", "every realm's API ceiling unless the realm sets its own"}
+
+	sFairness       = setting{"fairness", "APPDOR_FAIRNESS", "on", "per-realm admission controller; off is for the storm harness's negative control only"}
+	sFairCapacity   = setting{"fairness-capacity", "APPDOR_FAIRNESS_CAPACITY", "0", "slots of concurrent work for all realms; 0 is one per core, within the pool"}
+	sFairReserve    = setting{"fairness-reserve", "APPDOR_FAIRNESS_RESERVE", "0", "extra slots kept for realms that are not over their share; 0 is max(1, capacity/8)"}
+	sFairWindow     = setting{"fairness-active-window", "APPDOR_FAIRNESS_ACTIVE_WINDOW", "2s", "how long a realm counts as active (holds a share) after its last request"}
+	sFairHold       = setting{"fairness-hold", "APPDOR_FAIRNESS_HOLD", "20ms", "delay before refusing a realm that keeps asking over its share; 0 answers at once"}
+	sFairRetryAfter = setting{"fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER", "1s", "Retry-After of a concurrency_limited refusal"}
 )
 
 // connSettings are the settings every command that touches the database has.
 var connSettings = []setting{sDatabaseURL, sRedisURL}
 
 // serveSettings are those of `appdor serve`.
-var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM}
+var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
+	sFairness, sFairCapacity, sFairReserve, sFairWindow, sFairHold, sFairRetryAfter}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -117,7 +126,49 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 		cfg.RealmRequestsPerMinute < 1 || cfg.RealmRequestsPerMinute > 1_000_000 {
 		return cfg, configError(sRealmRPM, "%q is not a number from 1 to 1000000", str(cmd, sRealmRPM))
 	}
+	if cfg.Fairness, err = fairnessConfig(cmd); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// fairnessConfig reads the admission controller's knobs; zeros leave the
+// sizing to the controller (cores and pool).
+func fairnessConfig(cmd *cobra.Command) (fairness.Config, error) {
+	var fc fairness.Config
+	on, err := boolean(cmd, sFairness)
+	if err != nil {
+		return fc, err
+	}
+	fc.Off = !on
+	slots := func(s setting) (int, error) {
+		n, err := strconv.Atoi(str(cmd, s))
+		if err != nil || n < 0 || n > 100_000 {
+			return 0, configError(s, "%q is not a number from 0 (automatic) to 100000", str(cmd, s))
+		}
+		return n, nil
+	}
+	if fc.Capacity, err = slots(sFairCapacity); err != nil {
+		return fc, err
+	}
+	if fc.Reserve, err = slots(sFairReserve); err != nil {
+		return fc, err
+	}
+	if fc.ActiveWindow, err = duration(cmd, sFairWindow); err != nil {
+		return fc, err
+	}
+	if fc.RetryAfter, err = duration(cmd, sFairRetryAfter); err != nil {
+		return fc, err
+	}
+	hold, err := time.ParseDuration(str(cmd, sFairHold))
+	if err != nil || hold < 0 || hold > 10*time.Second {
+		return fc, configError(sFairHold, "%q is not a duration from 0 to 10s", str(cmd, sFairHold))
+	}
+	fc.Hold = hold
+	if hold == 0 {
+		fc.Hold = -1 // answer at once
+	}
+	return fc, nil
 }
 
 func logLevel(cmd *cobra.Command) (slog.Level, error) {

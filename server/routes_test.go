@@ -1,0 +1,123 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/require"
+
+	"github.com/appdor/appdor/fairness"
+	"github.com/appdor/appdor/server"
+	"github.com/appdor/appdor/tenancy"
+	"github.com/appdor/appdor/test/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// ungated are the /api/v1 routes that touch no realm's data, so they pass
+// neither authentication nor the fairness controller. Adding a route here is a
+// decision to be defended in review: every other route must be gated.
+var ungated = map[string]string{
+	"POST /api/v1/auth/login":  "sign-in: global users and sessions",
+	"POST /api/v1/auth/logout": "sign-out: the caller's own session",
+	"GET /api/v1/me":           "who am I: global users and memberships",
+	"GET /api/v1/openapi.json": "a static document",
+}
+
+var param = regexp.MustCompile(`:[A-Za-z_]+`)
+
+type route struct{ method, path, name string }
+
+// apiRoutes walks the router: every route registered under /api/v1.
+func apiRoutes(t *testing.T, app *testenv.App) []route {
+	t.Helper()
+	e, ok := app.Handler().(*echo.Echo)
+	require.True(t, ok, "the app's handler is the Echo router")
+	var out []route
+	for _, r := range e.Routes() {
+		if !strings.HasPrefix(r.Path, "/api/v1") || strings.HasSuffix(r.Path, "/*") || r.Method == echo.RouteNotFound {
+			continue
+		}
+		path := param.ReplaceAllStringFunc(r.Path, func(string) string { return uuid.NewString() })
+		out = append(out, route{r.Method, path, r.Method + " " + r.Path})
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+func send(t *testing.T, app *testenv.App, r route, token string) testenv.Response {
+	t.Helper()
+	var body any
+	if r.method == http.MethodPost || r.method == http.MethodPatch || r.method == http.MethodPut || r.method == http.MethodDelete {
+		body = "{}"
+	}
+	return app.Do(t, r.method, r.path, token, body)
+}
+
+// TestEveryDataRouteIsGated fails when a route that reads or writes realm
+// data bypasses authentication or the fairness controller: with the realm's
+// slots all taken, every gated route must answer 429 concurrency_limited
+// before its handler runs, whatever its input.
+func TestEveryDataRouteIsGated(t *testing.T) {
+	t.Parallel()
+	app := testenv.NewApp(t, func(cfg *server.Config) { cfg.Fairness.Hold = -1 })
+	ctl := app.Fairness()
+	require.NotNil(t, ctl)
+	tenant := app.NewTenant(t, tenancy.RoleOwner, nil)
+	realm := tenant.RealmID.String()
+	routes := apiRoutes(t, app)
+
+	for _, r := range routes {
+		if _, ok := ungated[r.name]; ok {
+			continue
+		}
+		res := send(t, app, r, "")
+		require.Equal(t, http.StatusUnauthorized, res.Status, "%s without credentials: %s", r.name, res.Body)
+	}
+
+	// Take every slot the realm may have.
+	for range 1000 {
+		release, err := ctl.Acquire(context.Background(), realm, fairness.ClassRequest)
+		if err != nil {
+			break
+		}
+		t.Cleanup(release)
+	}
+	require.Positive(t, ctl.Inflight(realm))
+
+	gated := 0
+	for _, r := range routes {
+		if _, ok := ungated[r.name]; ok {
+			continue
+		}
+		res := send(t, app, r, tenant.Token)
+		require.Equal(t, http.StatusTooManyRequests, res.Status, "%s bypasses the fairness controller: %s", r.name, res.Body)
+		require.Equal(t, "concurrency_limited", res.ErrorCode(t), r.name)
+		require.NotEmpty(t, res.Header.Get("Retry-After"), r.name)
+		gated++
+	}
+	require.Positive(t, gated)
+
+	// Another realm is not affected by this one's slots.
+	other := app.NewTenant(t, tenancy.RoleOwner, nil)
+	require.Equal(t, http.StatusOK, app.Do(t, http.MethodGet, "/api/v1/apps", other.Token, nil).Status)
+}
+
+// TestUngatedRoutesExist keeps the allowlist honest: a route that no longer
+// exists must leave it.
+func TestUngatedRoutesExist(t *testing.T) {
+	t.Parallel()
+	app := testenv.SharedApp(t)
+	have := map[string]bool{}
+	for _, r := range apiRoutes(t, app) {
+		have[r.name] = true
+	}
+	for name := range ungated {
+		require.True(t, have[name], "%s is allowlisted as ungated but not registered", name)
+	}
+}
