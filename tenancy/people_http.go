@@ -178,6 +178,13 @@ func (p *People) login(c echo.Context) error {
 		return err
 	}
 	p.logins.WithLabelValues("ok").Inc()
+	// Signing in again replaces the browser's previous session rather than
+	// leaving it alive behind a cookie that is about to be overwritten.
+	if ck, err := c.Cookie(SessionCookie); err == nil && ck.Value != "" {
+		if err := p.svc.Logout(ctx, ck.Value); err != nil {
+			return err
+		}
+	}
 	_, realms, err := p.svc.Me(ctx, user.ID, nil)
 	if err != nil {
 		return err

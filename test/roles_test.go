@@ -221,8 +221,9 @@ func TestRoles(t *testing.T) {
 				case s.route == "/api/v1/auth/login":
 					body = map[string]any{"email": viewer.Email, "password": viewer.Password}
 				}
-				if s.route == "/api/v1/auth/logout" && c.browser != nil {
-					// Signing out must not end the session the next scenarios use.
+				if (s.route == "/api/v1/auth/logout" || s.route == "/api/v1/auth/login") && c.browser != nil {
+					// Signing out, or in again, ends the browser's session:
+					// not the one the next scenarios use.
 					fresh, res := signIn(t, app, emailOf(c, owner, editor, viewer), owner.Password)
 					require.Equal(t, http.StatusOK, res.Status)
 					fresh.realm = owner.RealmID.String()

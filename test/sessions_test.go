@@ -153,6 +153,15 @@ func TestLoginSetsCookiesAndStoresOnlyAHash(t *testing.T) {
 	// The session works, and its principal is the member's.
 	res = b.do(t, "GET", "/api/v1/apps", nil)
 	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+
+	// Signing in again from the same browser replaces its session.
+	res = b.do(t, "POST", "/api/v1/auth/login", map[string]any{"email": a.Email, "password": a.Password})
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	require.NotEqual(t, b.session, cookieNamed(res, tenancy.SessionCookie).Value)
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM sessions WHERE hash = $1`, sum[:]).Scan(&n))
+	require.Zero(t, n, "the replaced session is gone")
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM sessions WHERE user_id = $1`, a.UserID).Scan(&n))
+	require.Equal(t, 1, n)
 }
 
 func TestLoginRefusesWithOneMessage(t *testing.T) {
