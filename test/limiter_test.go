@@ -426,13 +426,29 @@ func TestSessionChargedToRealm(t *testing.T) {
 	tn := app.NewTenant(t, tenancy.RoleOwner, nil)
 	_, err := testenv.Pool(t).Exec(context.Background(), `UPDATE realms SET requests_per_minute = 3 WHERE id = $1`, tn.RealmID)
 	require.NoError(t, err)
-	b, res := login(t, app, tn.Email, tn.Password)
+	res := app.Do(t, "POST", "/api/v1/auth/login", "", map[string]any{"email": tn.Email, "password": tn.Password})
 	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
-	b.realm = tn.RealmID.String()
-	for range 3 {
-		requireAllowed(t, b.do(t, "GET", "/api/v1/apps", nil), 3)
+	cookies := (&http.Response{Header: res.Header}).Cookies()
+	require.NotEmpty(t, cookies)
+	// A browser's read: the session cookie and the realm chosen by header.
+	browse := func() testenv.Response {
+		req, err := http.NewRequest(http.MethodGet, app.URL+"/api/v1/apps", nil)
+		require.NoError(t, err)
+		for _, ck := range cookies {
+			req.AddCookie(ck)
+		}
+		req.Header.Set(tenancy.RealmHeader, tn.RealmID.String())
+		r, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer r.Body.Close()
+		b, err := io.ReadAll(r.Body)
+		require.NoError(t, err)
+		return testenv.Response{Status: r.StatusCode, Header: r.Header, Body: b}
 	}
-	res = b.do(t, "GET", "/api/v1/apps", nil)
+	for range 3 {
+		requireAllowed(t, browse(), 3)
+	}
+	res = browse()
 	requireRateLimited(t, res, 3)
 	require.Contains(t, res.Map(t)["error"].(map[string]any)["message"], "realm")
 	requireRateLimited(t, app.Do(t, "GET", "/api/v1/apps", tn.Token, nil), 3)
