@@ -39,3 +39,5 @@ func (m *Model) Keys(now int64) int {
 }
 
 var CeilSeconds = ceilSeconds
+
+var Keys = keys

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -168,6 +169,60 @@ func TokenKey(realm, token uuid.UUID) string {
 // RealmKey names a realm's own quota key.
 func RealmKey(realm uuid.UUID) string { return "appdor:quota:{" + realm.String() + "}" }
 
+// keyPrefix is what every quota key starts with.
+const keyPrefix = "appdor:quota:{"
+
+// keys returns RealmKey(realm), the realm's text (for the metric label) and,
+// when token is set, TokenKey(realm, token): one buffer, three slices of it,
+// so a decision does not pay an allocation per uuid.
+func keys(realm, token uuid.UUID) (realmKey, realmText, tokenKey string) {
+	const u = 36
+	n := len(keyPrefix) + u + 1
+	if token != uuid.Nil {
+		n += 1 + u
+	}
+	b := make([]byte, 0, n)
+	b = append(b, keyPrefix...)
+	b = appendUUID(b, realm)
+	b = append(b, '}')
+	if token != uuid.Nil {
+		b = append(b, ':')
+		b = appendUUID(b, token)
+	}
+	all := string(b)
+	realmKey = all[:len(keyPrefix)+u+1]
+	realmText = all[len(keyPrefix) : len(keyPrefix)+u]
+	if token != uuid.Nil {
+		tokenKey = all
+	}
+	return realmKey, realmText, tokenKey
+}
+
+// appendUUID appends id in its canonical text form, as uuid.UUID.String.
+func appendUUID(b []byte, id uuid.UUID) []byte {
+	const hex = "0123456789abcdef"
+	for i, c := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hex[c>>4], hex[c&0xf])
+	}
+	return b
+}
+
+// rateArgs are the script's arguments for a ceiling, made once per limit.
+var rateArgs sync.Map // int → [2]string{emission µs, burst}
+
+func argsOf(limit int) [2]string {
+	if v, ok := rateArgs.Load(limit); ok {
+		return v.([2]string)
+	}
+	r := rateOf(limit)
+	a := [2]string{strconv.FormatInt(r.emission, 10), strconv.FormatInt(r.burst, 10)}
+	rateArgs.Store(limit, a)
+	return a
+}
+
 // errPaused is the error of a decision taken while Redis is left alone after
 // a failure.
 var errPaused = errors.New("limiter: redis failed recently; not asked")
@@ -177,38 +232,41 @@ var errPaused = errors.New("limiter: redis failed recently; not asked")
 // allowed and Decision.Err says why.
 func (l *Limiter) Allow(ctx context.Context, s Subject) Decision {
 	var (
-		keys   [2]string
+		ks     [2]string
 		args   [5]string
 		scopes [2]Scope
 		limits [2]int
 		n      int
 	)
-	if s.Token != uuid.Nil && s.TokenLimit > 0 {
-		keys[n], scopes[n], limits[n] = TokenKey(s.Realm, s.Token), ScopeToken, s.TokenLimit
+	token := uuid.Nil
+	if s.TokenLimit > 0 {
+		token = s.Token
+	}
+	realmKey, realm, tokenKey := keys(s.Realm, token)
+	if tokenKey != "" {
+		ks[n], scopes[n], limits[n] = tokenKey, ScopeToken, s.TokenLimit
 		n++
 	}
 	realmLimit := s.RealmLimit
 	if realmLimit <= 0 {
 		realmLimit = l.realmLimit
 	}
-	keys[n], scopes[n], limits[n] = RealmKey(s.Realm), ScopeRealm, realmLimit
+	ks[n], scopes[n], limits[n] = realmKey, ScopeRealm, realmLimit
 	n++
 	for i := range n {
-		r := rateOf(limits[i])
-		args[2*i] = strconv.FormatInt(r.emission, 10)
-		args[2*i+1] = strconv.FormatInt(r.burst, 10)
+		a := argsOf(limits[i])
+		args[2*i], args[2*i+1] = a[0], a[1]
 	}
 	if l.now != nil {
 		args[2*n] = strconv.FormatInt(l.now(), 10)
 	}
 
-	realm := s.Realm.String()
 	if until := l.pausedUntil.Load(); until != 0 && time.Now().UnixNano() < until {
 		return l.failOpen(realm, scopes[0], errPaused, false)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	start := time.Now()
-	vals, err := gcraScript.Exec(cctx, l.client, keys[:n], args[:2*n+1]).AsIntSlice()
+	vals, err := gcraScript.Exec(cctx, l.client, ks[:n], args[:2*n+1]).AsIntSlice()
 	l.latency.Observe(time.Since(start).Seconds())
 	cancel()
 	if err == nil && (len(vals) != 6 || vals[1] < 1 || vals[1] > int64(n)) {

@@ -315,6 +315,14 @@ func BenchmarkAllow(b *testing.B) {
 			}
 		}
 	})
+	b.Run("redis PING, for comparison", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := f.client.Do(ctx, f.client.B().Ping().Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("refused parallel", func(b *testing.B) {
 		s := limiter.Subject{Realm: uuid.New(), Token: uuid.New(), TokenLimit: 1}
 		f.lim.Allow(ctx, s)
@@ -369,4 +377,18 @@ func TestFailOpen(t *testing.T) {
 	}
 	require.Equal(t, 50.0, decisions(t, reg, s.Realm, "token", "error"))
 	require.Equal(t, int64(1), logged.Load())
+}
+
+// TestKeys: the keys a decision builds are the named ones.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	realm, token := uuid.New(), uuid.New()
+	rk, text, tk := limiter.Keys(realm, token)
+	require.Equal(t, limiter.RealmKey(realm), rk)
+	require.Equal(t, realm.String(), text)
+	require.Equal(t, limiter.TokenKey(realm, token), tk)
+	require.Equal(t, "appdor:quota:{"+realm.String()+"}:"+token.String(), tk)
+	rk, _, tk = limiter.Keys(realm, uuid.Nil)
+	require.Equal(t, "appdor:quota:{"+realm.String()+"}", rk)
+	require.Empty(t, tk)
 }
