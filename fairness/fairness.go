@@ -11,23 +11,29 @@
 // follows the cores, one slot per core (GOMAXPROCS), never more than the
 // pool size minus the reserve: on a 2-core machine two heavy reads already
 // keep both cores busy, and a third only makes everyone's latency longer.
-// Reserve defaults to max(1, Capacity/8).
+// Reserve defaults to max(2, Capacity/4).
 //
 // A realm is active while it has work in flight or made a request within
-// ActiveWindow (default 2s; quiet realms are swept four times a window). With N active realms, each realm's share is
-// max(1, Capacity/N). A request is admitted when
+// ActiveWindow (default 2s; quiet realms are swept four times a window).
+// With N active realms, each realm's share is max(1, Capacity/N). A request
+// is admitted when either
 //
-//   - its realm has fewer than share slots in flight, and
-//   - fewer than Capacity slots are in flight in all, or, for a realm that is
-//     not hot, fewer than Capacity+Reserve.
+//   - its realm has fewer than share slots in flight and fewer than Capacity
+//     slots are in flight in all, or
+//   - its realm is not hot and fewer than Capacity+Reserve slots are in
+//     flight in all (the reserve); the last of them only for a realm with
+//     nothing in flight, so an arriving realm always finds one.
 //
-// A realm is hot when its refusals outnumber its admissions by HotAfter
-// (default 4) or more: it asks for more than its share. Hot realms never take
-// the reserve, so a realm arriving beside one or sixteen storming realms finds
-// a slot at once; a realm refused once by bad luck is not hot, and stays
-// eligible for the reserve.
+// A realm is hot when it was refused HotAfter (default 4) times or more
+// within the last one to two ActiveWindows: it keeps asking for more than it
+// gets. Hot realms never take the reserve, so a realm arriving beside one or
+// sixteen storming realms finds a slot at once, and a light realm whose
+// requests sometimes overlap (an open-model client whose answer was slow)
+// goes past its share into the reserve instead of being refused. A realm
+// refused once by bad luck is not hot.
 //
-// Work-conserving: a realm alone has the whole Capacity; an arriving realm
+// Work-conserving: a realm alone has the whole Capacity, and a realm that is
+// not hot borrows past its share what nobody else holds; an arriving realm
 // counts at once (shares are recomputed on arrival), and a realm stops
 // counting ActiveWindow after its last request, giving its share back.
 // Activity is remembered across a window, not read off the in-flight count,
@@ -80,9 +86,6 @@ const (
 	DefaultRetryAfter   = time.Second
 	DefaultHold         = 20 * time.Millisecond
 	DefaultHotAfter     = 4
-	// maxDebt bounds how long a realm that stops hammering stays hot: it
-	// cools after this many admissions, or when it goes inactive.
-	maxDebt = 64
 )
 
 // Config sizes the controller. The zero value is on, sized automatically.
@@ -94,7 +97,7 @@ type Config struct {
 	// min(GOMAXPROCS, PoolSize-Reserve).
 	Capacity int
 	// Reserve is the number of extra slots only realms that are not hot may
-	// take; 0 picks max(1, Capacity/8).
+	// take; 0 picks max(2, Capacity/4).
 	Reserve int
 	// PoolSize is the database pool's size, used to size Capacity.
 	PoolSize int
@@ -107,8 +110,8 @@ type Config struct {
 	// Hold delays the refusal of a hot realm; 0 is DefaultHold, negative
 	// disables the hold.
 	Hold time.Duration
-	// HotAfter is how far a realm's refusals must outnumber its admissions
-	// before it is hot; 0 is DefaultHotAfter.
+	// HotAfter is how many refusals within one to two ActiveWindows make a
+	// realm hot; 0 is DefaultHotAfter.
 	HotAfter int
 	// Now is the clock; nil is time.Now. Tests set it.
 	Now func() time.Time
@@ -122,14 +125,14 @@ func (cfg Config) Sized() Config {
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = runtime.GOMAXPROCS(0)
 		if cfg.Reserve <= 0 {
-			cfg.Reserve = max(1, cfg.Capacity/8)
+			cfg.Reserve = max(2, cfg.Capacity/4)
 		}
 		if cfg.PoolSize > 0 && cfg.Capacity > cfg.PoolSize-cfg.Reserve {
 			cfg.Capacity = max(1, cfg.PoolSize-cfg.Reserve)
 		}
 	}
 	if cfg.Reserve <= 0 {
-		cfg.Reserve = max(1, cfg.Capacity/8)
+		cfg.Reserve = max(2, cfg.Capacity/4)
 	}
 	if cfg.ActiveWindow <= 0 {
 		cfg.ActiveWindow = DefaultActiveWindow
@@ -157,12 +160,13 @@ type realm struct {
 	name     string
 	inflight int
 	lastSeen time.Time
-	// debt grows by one per refusal and shrinks by one per admission; at
-	// HotAfter or more the realm is hot.
-	debt     int
-	hot      bool // logged as hot in this episode
-	gauge    prometheus.Gauge
-	admitted map[string]prometheus.Counter
+	// Refusals in the current and the previous window: the realm is hot
+	// when they add up to HotAfter.
+	refusedCur, refusedPrev int
+	windowStart             time.Time
+	hot                     bool // logged as hot in this episode
+	gauge                   prometheus.Gauge
+	admitted                map[string]prometheus.Counter
 }
 
 // Controller admits work per realm. It is safe for concurrent use.
@@ -256,13 +260,11 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 	c.sweep(now)
 	r := c.lookup(realmName)
 	r.lastSeen = now
-	reason := c.check(r, class == ClassRequest)
+	reason := c.check(r, now, class == ClassRequest)
 	if reason != "" {
-		if class == ClassRequest {
-			r.debt = min(r.debt+1, maxDebt)
-		}
-		hot := r.debt >= c.cfg.HotAfter
-		turned := hot && r.debt == c.cfg.HotAfter && !r.hot
+		r.refusedCur++
+		hot := c.hot(r, now)
+		turned := hot && !r.hot
 		r.hot = hot
 		inflight, share := r.inflight, c.share()
 		c.mu.Unlock()
@@ -283,31 +285,48 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 	return c.releaser(r), nil
 }
 
+// hot says whether r keeps asking for more than it gets. c.mu is held.
+func (c *Controller) hot(r *realm, now time.Time) bool {
+	if el := now.Sub(r.windowStart); el >= c.cfg.ActiveWindow {
+		r.refusedPrev = r.refusedCur
+		if el >= 2*c.cfg.ActiveWindow {
+			r.refusedPrev = 0
+		}
+		r.refusedCur = 0
+		r.windowStart = now
+	}
+	return r.refusedCur+r.refusedPrev >= c.cfg.HotAfter
+}
+
 // check says why r may not take a slot now, or "" when it may. c.mu is held.
-func (c *Controller) check(r *realm, mayReserve bool) string {
-	if r.inflight >= c.share() {
+func (c *Controller) check(r *realm, now time.Time, mayReserve bool) string {
+	share := c.share()
+	if r.inflight < share && c.total < c.cfg.Capacity {
+		return ""
+	}
+	hot := c.hot(r, now)
+	if !hot {
+		r.hot = false // an episode is over
+	}
+	if mayReserve && !hot {
+		limit := c.cfg.Capacity + c.cfg.Reserve
+		if r.inflight > 0 {
+			limit-- // the last slot is for a realm with nothing in flight
+		}
+		if c.total < limit {
+			return ""
+		}
+	}
+	if r.inflight >= share {
 		return ReasonRealmLimit
 	}
-	limit := c.cfg.Capacity
-	if mayReserve && r.debt < c.cfg.HotAfter {
-		limit += c.cfg.Reserve
-	}
-	if c.total >= limit {
-		return ReasonCapacity
-	}
-	return ""
+	return ReasonCapacity
 }
 
 // admitLocked takes a slot for r. c.mu is held.
 func (c *Controller) admitLocked(r *realm, class string) {
 	r.inflight++
 	c.total++
-	if r.debt > 0 {
-		r.debt--
-	}
-	if r.debt == 0 {
-		r.hot = false // the episode is over
-	}
 	r.gauge.Inc()
 	ctr := r.admitted[class]
 	if ctr == nil {
@@ -370,7 +389,7 @@ func (c *Controller) Acquire(ctx context.Context, realmName, class string) (func
 		c.sweep(now)
 		r := c.lookup(realmName)
 		r.lastSeen = now
-		if c.check(r, false) == "" {
+		if c.check(r, now, false) == "" {
 			c.admitLocked(r, class)
 			c.mu.Unlock()
 			return c.releaser(r), nil
@@ -434,12 +453,14 @@ func (c *Controller) Total() int {
 func (c *Controller) Share() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sweep(c.cfg.Now())
 	return c.share()
 }
 
-// Active is the number of active realms as of the last sweep.
+// Active is the number of active realms now.
 func (c *Controller) Active() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sweep(c.cfg.Now())
 	return c.active
 }

@@ -33,12 +33,12 @@ func (k *clock) advance(d time.Duration) {
 	k.t = k.t.Add(d)
 }
 
-// setup returns a controller with capacity 2 and reserve 1 (this machine's
+// setup returns a controller with capacity 2 and reserve 2 (this machine's
 // defaults) on a hand-driven clock, and its registry.
 func setup(t *testing.T, mutate func(*Config)) (*Controller, *clock, *prometheus.Registry) {
 	t.Helper()
 	k := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	cfg := Config{Capacity: 2, Reserve: 1, Now: k.now}
+	cfg := Config{Capacity: 2, Reserve: 2, Now: k.now}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -88,76 +88,106 @@ func releaseAll(rels []func()) {
 
 func TestSized(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Capacity: 0, PoolSize: 2}.Sized()
-	require.Equal(t, 1, cfg.Reserve)
-	require.LessOrEqual(t, cfg.Capacity+cfg.Reserve, 2, "capacity and reserve fit the pool")
-	require.GreaterOrEqual(t, cfg.Capacity, 1)
+	cfg := Config{Capacity: 0, PoolSize: 3}.Sized()
+	require.Equal(t, 2, cfg.Reserve)
+	require.Equal(t, 1, cfg.Capacity, "capacity and reserve fit the pool")
 	cfg = Config{Capacity: 32}.Sized()
-	require.Equal(t, 4, cfg.Reserve)
+	require.Equal(t, 8, cfg.Reserve)
 	require.Equal(t, DefaultActiveWindow, cfg.ActiveWindow)
 	require.Equal(t, DefaultHold, cfg.Hold)
 	require.Equal(t, time.Duration(0), Config{Capacity: 2, Hold: -1}.Sized().Hold)
 }
 
+// heat makes realm hot: refused HotAfter times while it holds what it has.
+func heat(t *testing.T, c *Controller, realm string) {
+	t.Helper()
+	for range DefaultHotAfter {
+		refused(t, c, realm)
+	}
+}
+
 func TestAloneUsesTheWholeCapacity(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 6 })
-	rels := admitN(t, c, "a", 6)
+	// The capacity, then the reserve but its last slot.
+	rels := admitN(t, c, "a", 7)
 	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
-	require.Equal(t, 6, c.Inflight("a"))
+	// The last slot is there for an arriving realm.
+	b := admitN(t, c, "b", 1)
+	require.Equal(t, ReasonCapacity, refused(t, c, "c").Reason)
 	releaseAll(rels)
+	releaseAll(b)
 	require.Equal(t, 0, c.Total())
 }
 
 func TestSharesFollowActiveRealms(t *testing.T) {
 	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 6 })
-	a := admitN(t, c, "a", 2)
-	b := admitN(t, c, "b", 2)
-	c3 := admitN(t, c, "c", 2)
-	require.Equal(t, 2, c.Share())
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 6; cfg.Reserve = 1 })
+	rels := map[string][]func(){}
 	for _, r := range []string{"a", "b", "c"} {
-		require.Equal(t, ReasonRealmLimit, refused(t, c, r).Reason, r)
+		rels[r] = admitN(t, c, r, 2)
 	}
-	releaseAll(a)
-	releaseAll(b)
-	releaseAll(c3)
+	require.Equal(t, 2, c.Share())
+	// Past their shares, realms that keep asking are held to them.
+	for _, r := range []string{"a", "b", "c"} {
+		heat(t, c, r)
+	}
+	rels["a"][0]()
+	rels["a"][1]()
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "b").Reason, "b is hot: no borrowing a's share")
+	rels["a"] = admitN(t, c, "a", 2)
+	for _, r := range rels {
+		releaseAll(r)
+	}
+	require.Equal(t, 0, c.Total())
 }
 
 func TestArrivingRealmFindsTheReserve(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, nil)
-	storm := admitN(t, c, "storm", 2) // alone, the storm has the whole capacity
-	require.Equal(t, 2, c.Total())
+	storm := admitN(t, c, "storm", 3) // alone and not hot: capacity and a reserve slot
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
 
-	victim := admitN(t, c, "victim", 1) // at once, from the reserve
-	require.Equal(t, 3, c.Total())
+	victim := admitN(t, c, "victim", 1) // at once, from the last slot
+	require.Equal(t, 4, c.Total())
 	require.Equal(t, 1, c.Share(), "the shares were recomputed on arrival")
 
-	// The storm is now over its share: it gets nothing more until it is
-	// back under it, even when slots free up.
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
+	// The storm keeps asking: hot now, it gets nothing more until it is back
+	// under its share, even when slots free up.
+	heat(t, c, "storm")
 	storm[0]()
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
 	storm[1]()
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
+	storm[2]()
 	storm = admitN(t, c, "storm", 1)
 	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
+
+	// The victim's requests may overlap: past its share, into the reserve,
+	// but for its last slot, which stays for an arriving realm.
+	victim = append(victim, admitN(t, c, "victim", 1)...)
+	require.Equal(t, 3, c.Total())
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "victim").Reason)
+	releaseAll(admitN(t, c, "arriving", 1))
 	releaseAll(victim)
 	releaseAll(storm)
 }
 
 func TestBorrowingEndsWhenARealmGoesQuiet(t *testing.T) {
 	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4 })
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 1 })
 	releaseAll(admitN(t, c, "victim", 1))
-	a := admitN(t, c, "a", 2)
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason, "the quiet victim still counts within the window")
+	a := admitN(t, c, "a", 4) // not hot, "a" borrows what nobody holds
+	heat(t, c, "a")
+	a[0]()
+	a[1]()
+	a = a[2:]
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason, "hot, held to its share while the victim counts")
 
 	k.advance(DefaultActiveWindow - time.Millisecond)
 	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
 
 	// The victim's window ends (realms are swept four times a window): "a"
-	// borrows its share back.
+	// has the whole capacity back.
 	k.advance(DefaultActiveWindow / 4)
 	a = append(a, admitN(t, c, "a", 2)...)
 	require.Equal(t, 1, c.Active())
@@ -173,19 +203,18 @@ func TestBorrowingEndsWhenARealmGoesQuiet(t *testing.T) {
 
 func TestARealmWithWorkInFlightStaysActive(t *testing.T) {
 	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4 })
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 1 })
 	slow := admitN(t, c, "slow", 1)
 	k.advance(10 * DefaultActiveWindow)
-	a := admitN(t, c, "a", 2)
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
+	releaseAll(admitN(t, c, "a", 1))
 	require.Equal(t, 2, c.Active())
+	require.Equal(t, 2, c.Share())
 	releaseAll(slow)
-	releaseAll(a)
 }
 
 // TestSixteenStormsAndAQuietRealm: the storming realms share the capacity;
-// once they hammer they are hot and never take the reserve, which stays for
-// the quiet realm.
+// once they keep asking they are hot and never take the reserve, which stays
+// for the quiet realm.
 func TestSixteenStormsAndAQuietRealm(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, nil)
@@ -197,12 +226,12 @@ func TestSixteenStormsAndAQuietRealm(t *testing.T) {
 				if rel, ref := c.Admit(name, ClassRequest); ref == nil {
 					inflight[name] = append(inflight[name], rel)
 				}
-				require.LessOrEqual(t, c.Total(), 3)
+				require.LessOrEqual(t, c.Total(), 4)
 			}
 		}
 	}
 	storm()
-	// The storms' first requests finish, they come back, hot now.
+	// The storms' first requests finish; they come back, hot now.
 	for name, rels := range inflight {
 		releaseAll(rels)
 		delete(inflight, name)
@@ -213,13 +242,11 @@ func TestSixteenStormsAndAQuietRealm(t *testing.T) {
 		require.Equal(t, 1, c.Inflight(name), "share is 1 with 17 realms")
 	}
 
-	q := admitN(t, c, "quiet", 1)
-	require.Equal(t, 3, c.Total())
-	releaseAll(q)
 	for range 100 { // the quiet realm, request after request
 		releaseAll(admitN(t, c, "quiet", 1))
 		storm()
 	}
+	require.Equal(t, 2, c.Total())
 	for _, rels := range inflight {
 		releaseAll(rels)
 	}
@@ -229,8 +256,8 @@ func TestSixteenStormsAndAQuietRealm(t *testing.T) {
 func TestAnUnluckyRealmIsNotHot(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, nil)
-	a := admitN(t, c, "a", 2)
-	b := admitN(t, c, "b", 1) // the reserve
+	a := admitN(t, c, "a", 3)
+	b := admitN(t, c, "b", 1) // the last slot
 	ref := refused(t, c, "c")
 	require.Equal(t, ReasonCapacity, ref.Reason)
 	require.Zero(t, ref.Hold, "a realm refused once is answered at once")
@@ -241,18 +268,16 @@ func TestAnUnluckyRealmIsNotHot(t *testing.T) {
 
 func TestHammeringRealmIsHeld(t *testing.T) {
 	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Hold = 7 * time.Millisecond })
-	a := admitN(t, c, "a", 2)
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Hold = 7 * time.Millisecond })
+	a := admitN(t, c, "a", 3)
 	for i := range DefaultHotAfter - 1 {
 		require.Zero(t, refused(t, c, "a").Hold, "refusal %d", i)
 	}
 	require.Equal(t, 7*time.Millisecond, refused(t, c, "a").Hold)
-	// Admissions pay the debt back.
-	releaseAll(a)
-	for range DefaultHotAfter {
-		releaseAll(admitN(t, c, "a", 1))
-	}
-	a = admitN(t, c, "a", 2)
+	// Still hot in the next window, cool after two quiet ones.
+	k.advance(DefaultActiveWindow)
+	require.Equal(t, 7*time.Millisecond, refused(t, c, "a").Hold)
+	k.advance(2 * DefaultActiveWindow)
 	require.Zero(t, refused(t, c, "a").Hold)
 	releaseAll(a)
 }
@@ -277,7 +302,7 @@ func TestOffAdmitsEverything(t *testing.T) {
 func TestAcquireRequestIsRefusedAtOnce(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, nil)
-	a := admitN(t, c, "a", 2)
+	a := admitN(t, c, "a", 3)
 	_, err := c.Acquire(context.Background(), "a", ClassRequest)
 	var ae *appdor.Error
 	require.True(t, errors.As(err, &ae))
@@ -353,10 +378,10 @@ func TestImportInsideARequestRunsUnderItsSlot(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	c, _, reg := setup(t, nil)
-	a := admitN(t, c, "a", 2)
+	a := admitN(t, c, "a", 3)
 	refused(t, c, "a")
-	require.Equal(t, 2.0, value(c.m.inflight.WithLabelValues("a")))
-	require.Equal(t, 2.0, value(c.m.admitted.WithLabelValues("a", ClassRequest)))
+	require.Equal(t, 3.0, value(c.m.inflight.WithLabelValues("a")))
+	require.Equal(t, 3.0, value(c.m.admitted.WithLabelValues("a", ClassRequest)))
 	require.Equal(t, 1.0, value(c.m.refused.WithLabelValues("a", ClassRequest, ReasonRealmLimit)))
 	releaseAll(a)
 	require.Equal(t, 0.0, value(c.m.inflight.WithLabelValues("a")))
@@ -370,7 +395,7 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, map[string]float64{"capacity": 2, "reserve": 1, "realm_share": 2}, limits)
+	require.Equal(t, map[string]float64{"capacity": 2, "reserve": 2, "realm_share": 2}, limits)
 }
 
 // TestConcurrentNeverOverCommits hammers the controller from many goroutines

@@ -17,7 +17,7 @@ import (
 // and the realm taken from the X-Realm header.
 func router(c *Controller, h echo.HandlerFunc) *echo.Echo {
 	e := echo.New()
-	e.Use(middleware.Recover())
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}))
 	e.Use(c.Middleware(func(ec echo.Context) string { return ec.Request().Header.Get("X-Realm") }))
 	e.Any("/*", h)
 	return e
@@ -38,7 +38,7 @@ func request(realm string) *http.Request {
 func TestMiddlewareRefusesWithAPreEncodedAnswer(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, func(cfg *Config) { cfg.Hold = -1 })
-	a := admitN(t, c, "a", 2)
+	a := admitN(t, c, "a", 3)
 	e := router(c, func(ec echo.Context) error { return ec.String(http.StatusOK, "ok") })
 
 	rec := serve(e, request("a"))
@@ -68,7 +68,7 @@ func TestMiddlewareRefusesWithAPreEncodedAnswer(t *testing.T) {
 func TestMiddlewareHoldsAHotRealmUntilTheClientLeaves(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, func(cfg *Config) { cfg.Hold = 1 << 40; cfg.HotAfter = 1 })
-	a := admitN(t, c, "a", 2)
+	a := admitN(t, c, "a", 3)
 	e := router(c, func(ec echo.Context) error { return ec.String(http.StatusOK, "ok") })
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the client has gone: the (very long) hold ends at once
