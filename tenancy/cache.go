@@ -42,15 +42,7 @@ type cachedToken struct {
 	expires int64 // unix ns
 }
 
-// caches holds the cache of each Service that started one. (It lives here
-// rather than as a field of Service so the cache stays in this file.)
-var caches sync.Map // *Service → *tokenCache
-
-func (s *Service) tokenCache() *tokenCache {
-	c, _ := caches.Load(s)
-	tc, _ := c.(*tokenCache)
-	return tc
-}
+func (s *Service) tokenCache() *tokenCache { return s.cache.Load() }
 
 // StartTokenCache turns on the in-process token cache with entries living at
 // most ttl (DefaultTokenCacheTTL when 0), and starts listening on
@@ -65,7 +57,7 @@ func (s *Service) StartTokenCache(ctx context.Context, ttl time.Duration, log *s
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &tokenCache{ttl: ttl, log: log, byHash: map[[32]byte]cachedToken{}, byID: map[uuid.UUID][32]byte{}}
-	caches.Store(s, c)
+	s.cache.Store(c)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan struct{})
 	done := make(chan struct{})
@@ -81,7 +73,7 @@ func (s *Service) StartTokenCache(ctx context.Context, ttl time.Duration, log *s
 	return func() {
 		cancel()
 		<-done
-		caches.CompareAndDelete(s, c)
+		s.cache.CompareAndSwap(c, nil)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,6 +94,8 @@ type Token struct {
 // Service is tenancy's store: it talks to PostgreSQL as the serving role.
 type Service struct {
 	pool *pgxpool.Pool
+	// cache holds token lookups while StartTokenCache runs; nil otherwise.
+	cache atomic.Pointer[tokenCache]
 }
 
 // New returns a Service on pool.
