@@ -162,7 +162,10 @@ func (f *Field) normalize(raw json.RawMessage) (any, error) {
 		}
 		if f.Options.Precision != nil {
 			p := math.Pow10(*f.Options.Precision)
-			v = math.Round(v*p) / p
+			// Past 2^53 a float has no decimals to round, and v*p may overflow.
+			if r := math.Round(v*p) / p; !math.IsInf(r, 0) && !math.IsNaN(r) {
+				v = r
+			}
 		}
 		return v, nil
 	case TypeCheckbox:

@@ -1,0 +1,216 @@
+package grid_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/appdor/appdor/grid"
+	"github.com/appdor/appdor/server"
+	"github.com/appdor/appdor/tenancy"
+	"github.com/appdor/appdor/test/testenv"
+)
+
+// bareHandler is the benchmark's reference: net/http and pgx running the same
+// SELECT as Appdor's plain page read, with no authentication, no RLS
+// transaction, no middleware. The gap between it and Appdor is Appdor's whole
+// overhead. It lives here, never in the product.
+func bareHandler(pool *pgxpool.Pool, realm, table uuid.UUID) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
+		if err != nil {
+			limit = grid.DefaultLimit
+		}
+		rows, err := pool.Query(r.Context(), grid.PlainPageSQL, realm, table, uuid.Nil, limit+1, "")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		out := make([]grid.Row, 0, limit+1)
+		for rows.Next() {
+			var (
+				row      grid.Row
+				hasLinks bool
+			)
+			if err := rows.Scan(&row.ID, &row.Version, &row.Cells, &row.CreatedAt, &row.UpdatedAt, &hasLinks); err != nil {
+				rows.Close()
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			out = append(out, row)
+		}
+		rows.Close()
+		var next *string
+		if len(out) > limit {
+			out = out[:limit]
+			s := out[limit-1].ID.String()
+			next = &s
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"rows": out, "next_cursor": next, "links": map[string]any{}})
+	})
+}
+
+// benchTable makes the benchmark's table: 8 fields, 2,000 rows.
+func benchTable(b *testing.B, app *testenv.App, token string) string {
+	do := func(method, path string, body any) map[string]any {
+		res := app.Do(b, method, path, token, body)
+		require.Less(b, res.Status, 300, string(res.Body))
+		return res.Map(b)
+	}
+	appID := do("POST", "/api/v1/apps", map[string]any{"name": "Bench"})["id"].(string)
+	m := do("POST", "/api/v1/apps/"+appID+"/tables", map[string]any{"name": "Bench", "fields": []map[string]any{
+		field("Name", "text"), field("Notes", "long_text"), field("Amount", "number", map[string]any{"precision": 2}),
+		field("Done", "checkbox"), field("Due", "date"),
+		field("Status", "single_select", map[string]any{"choices": []string{"open", "closed"}}),
+		field("Owner", "email"), field("Site", "url"),
+	}})
+	ids := map[string]string{}
+	for _, x := range m["fields"].([]any) {
+		fm := x.(map[string]any)
+		ids[fm["name"].(string)] = fm["id"].(string)
+	}
+	for batch := range 2 {
+		rows := make([]map[string]any, 1000)
+		for i := range rows {
+			n := batch*1000 + i
+			rows[i] = map[string]any{"cells": map[string]any{
+				ids["Name"]: fmt.Sprintf("Item %d", n), ids["Notes"]: "Some notes about the item, a sentence or two long.",
+				ids["Amount"]: float64(n) * 1.25, ids["Done"]: n%2 == 0, ids["Due"]: "2026-03-14",
+				ids["Status"]: "open", ids["Owner"]: fmt.Sprintf("owner%d@example.com", n%50), ids["Site"]: "https://example.com/items",
+			}}
+		}
+		do("POST", "/api/v1/tables/"+m["id"].(string)+"/rows", map[string]any{"rows": rows})
+	}
+	return m["id"].(string)
+}
+
+// BenchmarkRead100 reads the first 100 rows of a 2,000-row, 8-field table
+// through Appdor's whole HTTP stack (authentication, rate limiter, fairness
+// controller, RLS) and through the bare reference handler, at 1 and 16
+// concurrent clients, and reports p50, p99 and requests a second.
+//
+//	go test ./grid -run '^$' -bench BenchmarkRead100 -benchtime 2s
+func BenchmarkRead100(b *testing.B) {
+	app := testenv.NewApp(b, func(c *server.Config) {
+		// The benchmark measures the limiter's cost, not its refusals.
+		c.RealmRequestsPerMinute = 1 << 30
+		c.DBMaxConns = 16
+	})
+	tn := app.NewTenant(b, tenancy.RoleEditor, nil)
+	tableID := benchTable(b, app, tn.Token)
+
+	pool, err := pgxpool.New(context.Background(), testenv.DatabaseURL(b))
+	require.NoError(b, err)
+	cfg := pool.Config()
+	pool.Close()
+	cfg.MaxConns = 16
+	pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(b, err)
+	b.Cleanup(pool.Close)
+	bare := httptest.NewServer(bareHandler(pool, tn.RealmID, uuid.MustParse(tableID)))
+	b.Cleanup(bare.Close)
+
+	// The same stack with the fairness controller off: one realm with 16
+	// clients in flight is over its share by design, and the refusals are
+	// reported as such; this variant shows the rest of the stack's cost.
+	unfair := testenv.NewApp(b, func(c *server.Config) {
+		c.RealmRequestsPerMinute = 1 << 30
+		c.DBMaxConns = 16
+		c.Fairness.Off = true
+	})
+	targets := []struct{ name, url, token string }{
+		{"appdor", app.URL + "/api/v1/tables/" + tableID + "/rows?limit=100", tn.Token},
+		{"appdor-fairness-off", unfair.URL + "/api/v1/tables/" + tableID + "/rows?limit=100", tn.Token},
+		{"bare", bare.URL + "/rows?limit=100", ""},
+	}
+	if u := os.Getenv("APPDOR_BENCH_URL"); u != "" {
+		targets = []struct{ name, url, token string }{{"external", u, os.Getenv("APPDOR_BENCH_TOKEN")}}
+	}
+	for _, clients := range []int{1, 16} {
+		for _, tg := range targets {
+			b.Run(fmt.Sprintf("%s/clients=%d", tg.name, clients), func(b *testing.B) {
+				load(b, clients, tg.url, tg.token)
+			})
+		}
+	}
+}
+
+var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
+
+// load sends b.N GETs from clients concurrent workers and reports latency
+// percentiles from an HDR histogram, throughput, and refusals.
+func load(b *testing.B, clients int, url, token string) {
+	get := func() (int, error) {
+		req, _ := http.NewRequest("GET", url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := benchClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, err = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode, err
+	}
+	// Warm up the connections and the token cache.
+	for range clients * 4 {
+		st, err := get()
+		require.NoError(b, err)
+		require.Equal(b, http.StatusOK, st)
+	}
+	var (
+		next    atomic.Int64
+		refused atomic.Int64
+		mu      sync.Mutex
+		all     = hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
+		wg      sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			h := hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				st, err := get()
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if st != http.StatusOK {
+					refused.Add(1)
+					continue
+				}
+				_ = h.RecordValue(time.Since(t0).Microseconds())
+			}
+			mu.Lock()
+			all.Merge(h)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	ok := float64(int64(b.N) - refused.Load())
+	b.ReportMetric(float64(all.ValueAtQuantile(50))/1000, "p50-ms")
+	b.ReportMetric(float64(all.ValueAtQuantile(99))/1000, "p99-ms")
+	b.ReportMetric(ok/elapsed.Seconds(), "ok-req/s")
+	b.ReportMetric(float64(refused.Load()), "refused")
+	b.ReportMetric(0, "ns/op")
+}
