@@ -239,7 +239,8 @@ func (a *App) routes() {
 	}))
 	e.Use(a.observe)
 	e.Use(a.accessLog)
-	e.Use(middleware.BodyLimit(a.cfg.BodyLimit))
+	// The CSV import streams its body and bounds it itself (grid.OwnsBodyLimit).
+	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: a.cfg.BodyLimit, Skipper: grid.OwnsBodyLimit}))
 
 	e.GET("/healthz", a.healthz)
 	e.GET("/readyz", a.readyz)
