@@ -35,7 +35,7 @@ func bareHandler(pool *pgxpool.Pool, realm, table uuid.UUID) http.Handler {
 		if err != nil {
 			limit = grid.DefaultLimit
 		}
-		rows, err := pool.Query(r.Context(), grid.PlainPageSQL, realm, table, uuid.Nil, limit+1, "")
+		rows, err := pool.Query(r.Context(), grid.PlainPageSQL, realm, table, uuid.Nil, limit+1)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

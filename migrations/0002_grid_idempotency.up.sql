@@ -22,3 +22,10 @@ CREATE POLICY realm_isolation ON idempotency_keys
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO appdor_tenant;
 
+
+-- Search (q=) runs within one table of one realm: a GIN index led by realm_id
+-- and table_id (btree_gin) finds a table's matching rows without visiting
+-- other realms' matches, and replaces the search-only index of 0001.
+CREATE EXTENSION IF NOT EXISTS btree_gin;
+CREATE INDEX rows_table_search_idx ON rows USING gin (realm_id, table_id, search);
+DROP INDEX IF EXISTS rows_search_idx;
