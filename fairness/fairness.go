@@ -8,9 +8,12 @@
 //
 // Capacity is counted in slots of concurrent work. There are Capacity slots
 // for realms at work and Reserve slots on top of them. By default Capacity
-// follows the cores, one slot per core (GOMAXPROCS), never more than the
-// pool size minus the reserve: on a 2-core machine two heavy reads already
-// keep both cores busy, and a third only makes everyone's latency longer.
+// follows the cores, two slots per core (GOMAXPROCS), never more than the
+// pool size minus the reserve: CPU is the scarce resource (two heavy reads
+// already keep two cores busy), and a slot is held only while the handler
+// runs, whose time is part CPU and part round trips to PostgreSQL, so one slot
+// per core left the cores idle (the storm kept half its throughput) while
+// three per core only lengthened everyone's latency (measured on 2 cores).
 // Reserve defaults to max(2, Capacity/4).
 //
 // A realm is active while it has work in flight or made a request within
@@ -94,7 +97,7 @@ type Config struct {
 	// harness's negative control only.
 	Off bool
 	// Capacity is the number of slots for realms at work; 0 picks
-	// min(GOMAXPROCS, PoolSize-Reserve).
+	// min(2×GOMAXPROCS, PoolSize-Reserve).
 	Capacity int
 	// Reserve is the number of extra slots only realms that are not hot may
 	// take; 0 picks max(2, Capacity/4).
@@ -123,7 +126,7 @@ type Config struct {
 // Sized returns cfg with every automatic value filled in.
 func (cfg Config) Sized() Config {
 	if cfg.Capacity <= 0 {
-		cfg.Capacity = runtime.GOMAXPROCS(0)
+		cfg.Capacity = 2 * runtime.GOMAXPROCS(0)
 		if cfg.Reserve <= 0 {
 			cfg.Reserve = max(2, cfg.Capacity/4)
 		}

@@ -44,7 +44,7 @@ var (
 	sRealmRPM    = setting{"realm-requests-per-minute", "APPDOR_REALM_REQUESTS_PER_MINUTE", "6000", "every realm's API ceiling unless the realm sets its own"}
 
 	sFairness       = setting{"fairness", "APPDOR_FAIRNESS", "on", "per-realm admission controller; off is for the storm harness's negative control only"}
-	sFairCapacity   = setting{"fairness-capacity", "APPDOR_FAIRNESS_CAPACITY", "0", "slots of concurrent work for all realms; 0 is one per core, within the pool"}
+	sFairCapacity   = setting{"fairness-capacity", "APPDOR_FAIRNESS_CAPACITY", "0", "slots of concurrent work for all realms; 0 is two per core, within the pool"}
 	sFairReserve    = setting{"fairness-reserve", "APPDOR_FAIRNESS_RESERVE", "0", "extra slots kept for realms that are not over their share; 0 is max(1, capacity/8)"}
 	sFairWindow     = setting{"fairness-active-window", "APPDOR_FAIRNESS_ACTIVE_WINDOW", "2s", "how long a realm counts as active (holds a share) after its last request"}
 	sFairHold       = setting{"fairness-hold", "APPDOR_FAIRNESS_HOLD", "20ms", "delay before refusing a realm that keeps asking over its share; 0 answers at once"}
