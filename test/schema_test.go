@@ -92,6 +92,10 @@ func TestIsolationInSQL(t *testing.T) {
 		`INSERT INTO token_limits (realm_id, token_id, requests_per_minute) VALUES ($1, $2, 60), ($3, $4, 60)`,
 		a.RealmID, a.TokenID, b.RealmID, b.TokenID)
 	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(),
+		`INSERT INTO idempotency_keys (realm_id, route, key, request_hash) VALUES ($1, 'POST /x', 'k', '\x00'), ($2, 'POST /x', 'k', '\x00')`,
+		a.RealmID, b.RealmID)
+	require.NoError(t, err)
 
 	tables := realmTables(t, pool)
 	tables = append(tables, "realms")
