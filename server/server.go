@@ -52,6 +52,9 @@ type Config struct {
 	// Fairness sizes the per-realm admission controller; the zero value is
 	// on, sized by the cores and DBMaxConns.
 	Fairness fairness.Config
+	// LoginConcurrency is how many sign-in password checks run at once; 0
+	// is half the cores (tenancy.PeopleConfig).
+	LoginConcurrency int
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -253,7 +256,9 @@ func (a *App) routes() {
 	api := v1.Group("", a.tenancy.Authenticate(), a.rateLimit())
 	api.Use(a.admit()) // the last gate: keep it after every other middleware of api
 	v1.GET("/openapi.json", openAPIDocument)
-	a.tenancy.PeopleRoutes(v1)
+	tenancy.NewPeople(a.tenancy, tenancy.PeopleConfig{
+		LoginConcurrency: a.cfg.LoginConcurrency, Log: a.log, Registerer: a.metrics,
+	}).Routes(v1)
 
 	gh := grid.New(a.db)
 	if a.fair != nil {

@@ -407,3 +407,20 @@ func TestSessionCannotReadAnotherRealm(t *testing.T) {
 	res := app.Do(t, "GET", "/api/v1/tables/"+sv.TableID+"/rows", victim.Token, nil)
 	require.Len(t, res.Map(t)["rows"], 2)
 }
+
+// TestLoginCounted: sign-ins are counted on /metrics by result, next to the
+// login_concurrency refusals.
+func TestLoginCounted(t *testing.T) {
+	t.Parallel()
+	app := testenv.SharedApp(t)
+	a := app.NewTenant(t, tenancy.RoleViewer, nil)
+	_, res := signIn(t, app, a.Email, a.Password)
+	require.Equal(t, http.StatusOK, res.Status)
+	_, res = signIn(t, app, a.Email, "wrong horse")
+	require.Equal(t, http.StatusUnauthorized, res.Status)
+	res = app.Do(t, "GET", "/metrics", "", nil)
+	require.Equal(t, http.StatusOK, res.Status)
+	require.Contains(t, string(res.Body), `appdor_logins_total{result="ok"}`)
+	require.Contains(t, string(res.Body), `appdor_logins_total{result="wrong"}`)
+	require.Contains(t, string(res.Body), `appdor_login_concurrency_refused_total`)
+}
