@@ -144,6 +144,15 @@ export function TableView({ api, tableId }: { api: Api; tableId: string }) {
         onSaved: (row) => winRef.current.update(row),
         onChange: bump,
         onStatus: setSaveStatus,
+        onInvalid: (rowId, fid, value, message) => {
+          const f = fieldsRef.current.find((x) => x.id === fid);
+          notify({
+            kind: "error",
+            rowId,
+            fieldId: fid,
+            text: `“${f?.name ?? fid}” was not saved: ${message}. What you typed (${show(value)}) stays in the cell, marked red; edit it to try again.`,
+          });
+        },
         onConflict: (c) => {
           for (const [fid, mine] of Object.entries(c.mine)) {
             const f = fieldsRef.current.find((x) => x.id === fid);

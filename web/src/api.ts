@@ -168,6 +168,23 @@ export class Api {
     return (await res.json()) as T;
   }
 
+  /**
+   * A GET that waits out load refusals (429/503) a few times, as the server
+   * asks, before giving up. Row pages do not use it: RowWindow has its own
+   * back-off and status.
+   */
+  async read<T>(path: string, signal?: AbortSignal, attempts = 4): Promise<T> {
+    for (let i = 1; ; i++) {
+      try {
+        return await this.json<T>("GET", path, undefined, signal);
+      } catch (e) {
+        if (!(e instanceof ApiError) || !e.retryable || i >= attempts || signal?.aborted) throw e;
+        const wait = Math.min(e.retryAfterMs || 250 * 2 ** i, 10_000);
+        await new Promise((r) => setTimeout(r, wait));
+      }
+    }
+  }
+
   login(email: string, password: string) {
     return this.json<Me>("POST", "/api/v1/auth/login", { email, password });
   }
@@ -175,10 +192,10 @@ export class Api {
     return this.json<void>("POST", "/api/v1/auth/logout");
   }
   me() {
-    return this.json<Me>("GET", "/api/v1/me");
+    return this.read<Me>("/api/v1/me");
   }
   apps() {
-    return this.json<{ apps: App[] }>("GET", "/api/v1/apps");
+    return this.read<{ apps: App[] }>("/api/v1/apps");
   }
   createApp(name: string) {
     return this.json<App>("POST", "/api/v1/apps", { name });
@@ -187,7 +204,7 @@ export class Api {
     return this.json<App>("PATCH", `/api/v1/apps/${enc(id)}`, { name });
   }
   tables(app: string) {
-    return this.json<{ tables: TableSummary[] }>("GET", `/api/v1/apps/${enc(app)}/tables`);
+    return this.read<{ tables: TableSummary[] }>(`/api/v1/apps/${enc(app)}/tables`);
   }
   createTable(app: string, name: string, fields: Omit<Field, "id" | "position">[]) {
     return this.json<Table>("POST", `/api/v1/apps/${enc(app)}/tables`, { name, fields });
@@ -196,13 +213,13 @@ export class Api {
     return this.json<Table>("PATCH", `/api/v1/tables/${enc(id)}`, { name });
   }
   table(id: string, signal?: AbortSignal) {
-    return this.json<Table>("GET", `/api/v1/tables/${enc(id)}`, undefined, signal);
+    return this.read<Table>(`/api/v1/tables/${enc(id)}`, signal);
   }
   rows(table: string, query: RowQuery, cursor: string | null, limit: number, signal?: AbortSignal) {
     return this.json<RowPage>("GET", `/api/v1/tables/${enc(table)}/rows?${rowParams(query, cursor, limit)}`, undefined, signal);
   }
   row(table: string, id: string) {
-    return this.json<Row>("GET", `/api/v1/tables/${enc(table)}/rows/${enc(id)}`);
+    return this.read<Row>(`/api/v1/tables/${enc(table)}/rows/${enc(id)}`);
   }
   createRows(table: string, rows: { cells: Record<string, unknown> }[]) {
     return this.json<{ rows: Row[] }>("POST", `/api/v1/tables/${enc(table)}/rows`, { rows });

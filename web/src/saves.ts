@@ -37,6 +37,8 @@ export interface SaverOptions {
   getRow: (id: string) => Promise<Row>;
   onSaved?: (row: Row) => void;
   onConflict?: (c: Conflict) => void;
+  /** A cell the server refused (422), with what was typed and why. */
+  onInvalid?: (rowId: string, fieldId: string, value: unknown, message: string) => void;
   onChange?: () => void;
   onStatus?: (s: SaverStatus) => void;
   sleep?: Sleep;
@@ -223,6 +225,7 @@ export class Saver {
           if (!(f in row.cells)) continue;
           bad.add(row.id + "\u0000" + f);
           this.mark(row.id, f, { kind: "invalid", value: row.cells[f], message: d.message });
+          this.o.onInvalid?.(row.id, f, row.cells[f], d.message);
         }
       }
       if (bad.size === 0) {

@@ -1,0 +1,183 @@
+// Browser tests: the real binary, its own database, Debian's Chromium.
+//   APPDOR_TEST_DATABASE_URL=… APPDOR_TEST_REDIS_URL=… npm run test:e2e
+import { join } from "node:path";
+import { focusCell, gridCentre, launch, screenshotDir, seedRealm, seedTable, signIn, startAppdor } from "./lib.mjs";
+
+const shots = screenshotDir();
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+function expect(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+// Console errors fail a test, except the browser's own line for an HTTP
+// error status the test provokes on purpose.
+function watchConsole(page, allowedStatuses) {
+  const errors = [];
+  page.on("pageerror", (e) => errors.push("page error: " + e.message));
+  page.on("console", (m) => {
+    if (m.type() !== "error") return;
+    const status = /status of (\d{3})/.exec(m.text());
+    if (status && allowedStatuses.includes(Number(status[1]))) return;
+    errors.push("console error: " + m.text());
+  });
+  return () => expect(errors.length === 0, errors.join("\n"));
+}
+
+async function openTable(page, url, tableId, firstCell) {
+  await page.goto(`${url}/t/${tableId}`);
+  await page.getByText(firstCell, { exact: true }).first().waitFor({ state: "attached" });
+}
+
+async function editCell(page, text, typed) {
+  await focusCell(page, text);
+  await page.keyboard.press("Enter"); // open the editor on the selected cell
+  await page.waitForFunction(() => document.activeElement?.classList.contains("gdg-input"));
+  await page.keyboard.press("ControlOrMeta+A");
+  await page.keyboard.type(typed, { delay: 10 });
+  // Let the editor's state catch up with the last key, as it does for a person.
+  await page.waitForFunction((t) => document.activeElement?.value === t, typed);
+  await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => !document.activeElement?.classList.contains("gdg-input"));
+}
+
+const app = await startAppdor();
+let passed = 0;
+let failed = 0;
+try {
+  const a = await seedRealm(app, "Finance", "ann@finance.example");
+  const b = await seedRealm(app, "Legal", "bob@legal.example");
+  const { table, f } = await seedTable(a.api, 2000);
+  const rowsByName = async () => {
+    const out = new Map();
+    let cursor = "";
+    do {
+      const page = await a.api.get(`/api/v1/tables/${table.id}/rows?limit=1000${cursor ? "&cursor=" + cursor : ""}`);
+      for (const r of page.rows) out.set(r.cells[f.Name], r);
+      cursor = page.next_cursor;
+    } while (cursor);
+    return out;
+  };
+  const initial = await rowsByName();
+
+  test("sign in, open a 2,000-row table, see its cells, edit one, reload, the edit is kept", async (page) => {
+    const check = watchConsole(page, [401]);
+    await signIn(page, app.url, a);
+    await page.getByRole("link", { name: "Orders" }).click();
+    await page.getByText("Item 0001", { exact: true }).waitFor({ state: "attached" });
+    expect(page.url().endsWith(`/t/${table.id}`), "the table has a deep link: " + page.url());
+    await page.getByText("Finance", { exact: true }).waitFor();
+    await page.getByText(a.email, { exact: true }).waitFor();
+    await page.getByText("person2@example.com", { exact: true }).waitFor({ state: "attached" });
+    await page.screenshot({ path: join(shots, "01-table-2000.png") });
+
+    // Scroll to the end: the window loads page after page, then knows the count.
+    const grid = await gridCentre(page);
+    for (let i = 0; i < 400; i++) {
+      if ((await page.getByText("Item 2000", { exact: true }).count()) > 0) break;
+      await page.mouse.move(grid.x, grid.y);
+      await page.mouse.wheel(0, 4000);
+      await page.waitForTimeout(30);
+    }
+    await page.getByText("Item 2000", { exact: true }).waitFor({ state: "attached" });
+    expect(!(await page.locator(".statusbar").textContent()).includes("more below"), "the end of the table was reached");
+    await page.screenshot({ path: join(shots, "02-table-end.png") });
+
+    await editCell(page, "Item 1998", "Edited 1998");
+    await page.getByText("Edited 1998", { exact: true }).waitFor({ state: "attached" });
+    await page.getByText("All changes saved").waitFor();
+    const saved = await a.api.get(`/api/v1/tables/${table.id}/rows/${initial.get("Item 1998").id}`);
+    expect(saved.cells[f.Name] === "Edited 1998", "the server has the edit: " + JSON.stringify(saved.cells));
+
+    await editCell(page, "Item 1997", "Edited 1997");
+    await page.getByText("Edited 1997", { exact: true }).waitFor({ state: "attached" });
+    await page.getByText("All changes saved").waitFor();
+    await page.reload();
+    await page.getByText("Item 0001", { exact: true }).waitFor({ state: "attached" });
+    for (let i = 0; i < 400 && (await page.getByText("Edited 1997", { exact: true }).count()) === 0; i++) {
+      await page.mouse.move(grid.x, grid.y);
+      await page.mouse.wheel(0, 4000);
+      await page.waitForTimeout(30);
+    }
+    await page.getByText("Edited 1997", { exact: true }).waitFor({ state: "attached" });
+    await page.getByText("Edited 1998", { exact: true }).waitFor({ state: "attached" });
+    await page.screenshot({ path: join(shots, "03-after-reload.png") });
+    check();
+  });
+
+  test("a user of another realm opening the table's link sees not found", async (page) => {
+    const check = watchConsole(page, [401, 404]);
+    await signIn(page, app.url, b);
+    await page.goto(`${app.url}/t/${table.id}`);
+    await page.getByRole("heading", { name: "Not found" }).waitFor();
+    expect((await page.getByText("Item 0001", { exact: true }).count()) === 0, "no cell of the other realm is shown");
+    await page.screenshot({ path: join(shots, "04-other-realm-not-found.png") });
+    check();
+  });
+
+  test("someone else changed the row: 409 shows their value and keeps mine to apply", async (page) => {
+    const check = watchConsole(page, [401, 409]);
+    await signIn(page, app.url, a);
+    await openTable(page, app.url, table.id, "Item 0005");
+    const row = initial.get("Item 0005");
+    const cur = await a.api.get(`/api/v1/tables/${table.id}/rows/${row.id}`);
+    await a.api.patch(`/api/v1/tables/${table.id}/rows`, { rows: [{ id: row.id, version: cur.version, cells: { [f.Name]: "Theirs 0005" } }] });
+
+    await editCell(page, "Item 0005", "Mine 0005");
+    const notice = page.locator(".notice.conflict");
+    await notice.waitFor();
+    const text = await notice.textContent();
+    expect(/someone else changed this row/i.test(text), "the notice says someone else changed it: " + text);
+    expect(text.includes("Theirs 0005") && text.includes("Mine 0005"), "the notice shows both values: " + text);
+    await page.getByText("Theirs 0005", { exact: true }).first().waitFor({ state: "attached" });
+    await page.screenshot({ path: join(shots, "05-conflict.png") });
+
+    await notice.getByRole("button", { name: "Use mine" }).click();
+    await page.getByText("All changes saved").waitFor();
+    const after = await a.api.get(`/api/v1/tables/${table.id}/rows/${row.id}`);
+    expect(after.cells[f.Name] === "Mine 0005", "my value was applied on top of theirs: " + after.cells[f.Name]);
+    check();
+  });
+
+  test("an invalid value (422) marks the cell, says why and keeps what was typed", async (page) => {
+    const check = watchConsole(page, [401, 422]);
+    await signIn(page, app.url, a);
+    await openTable(page, app.url, table.id, "person3@example.com");
+    await editCell(page, "person3@example.com", "not an email");
+    const notice = page.locator(".notice.error");
+    await notice.waitFor();
+    expect((await notice.textContent()).includes("not an email"), "the notice keeps the typed value");
+    await page.getByText("not an email", { exact: true }).first().waitFor({ state: "attached" });
+    await page.screenshot({ path: join(shots, "06-invalid.png") });
+    const row = await a.api.get(`/api/v1/tables/${table.id}/rows/${initial.get("Item 0003").id}`);
+    expect(row.cells[f.Contact] === "person3@example.com", "the server kept the valid value");
+    check();
+  });
+
+  for (const t of tests) {
+    const { context, close } = await launch();
+    const page = context.pages()[0] ?? (await context.newPage());
+    page.setDefaultTimeout(30_000);
+    const started = Date.now();
+    try {
+      await t.fn(page);
+      passed++;
+      console.log(`ok   ${t.name} (${Date.now() - started} ms)`);
+    } catch (e) {
+      failed++;
+      console.log(`FAIL ${t.name}\n     ${String(e?.stack ?? e).split("\n").join("\n     ")}`);
+      await page.screenshot({ path: join(shots, "failed-" + tests.indexOf(t) + ".png") }).catch(() => {});
+    } finally {
+      await close();
+    }
+  }
+} catch (e) {
+  failed++;
+  console.log("FAIL setup: " + (e?.stack ?? e));
+} finally {
+  await app.stop();
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
