@@ -92,9 +92,6 @@ func (p *People) Routes(g *echo.Group) {
 	g.GET("/me", p.svc.me, p.svc.Identify())
 }
 
-// PeopleRoutes registers the people routes with the default bounds.
-func (s *Service) PeopleRoutes(g *echo.Group) { NewPeople(s, PeopleConfig{}).Routes(g) }
-
 var errLoginBusy = &appdor.Error{
 	Code:       appdor.EConcurrencyLimited,
 	Message:    "too many sign-ins at once; retry shortly",

@@ -49,6 +49,8 @@ var (
 	sFairWindow     = setting{"fairness-active-window", "APPDOR_FAIRNESS_ACTIVE_WINDOW", "2s", "how long a realm counts as active (holds a share) after its last request"}
 	sFairHold       = setting{"fairness-hold", "APPDOR_FAIRNESS_HOLD", "20ms", "delay before refusing a realm that keeps asking over its share; 0 answers at once"}
 	sFairRetryAfter = setting{"fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER", "1s", "Retry-After of a concurrency_limited refusal"}
+
+	sLoginConcurrency = setting{"login-concurrency", "APPDOR_LOGIN_CONCURRENCY", "0", "sign-in password checks at once; a sign-in that finds none free within 500ms is refused (429); 0 is half the cores"}
 )
 
 // connSettings are the settings every command that touches the database has.
@@ -56,7 +58,8 @@ var connSettings = []setting{sDatabaseURL, sRedisURL}
 
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
-	sFairness, sFairCapacity, sFairReserve, sFairWindow, sFairHold, sFairRetryAfter}
+	sFairness, sFairCapacity, sFairReserve, sFairWindow, sFairHold, sFairRetryAfter,
+	sLoginConcurrency}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -128,6 +131,10 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	}
 	if cfg.Fairness, err = fairnessConfig(cmd); err != nil {
 		return cfg, err
+	}
+	if cfg.LoginConcurrency, err = strconv.Atoi(str(cmd, sLoginConcurrency)); err != nil ||
+		cfg.LoginConcurrency < 0 || cfg.LoginConcurrency > 1000 {
+		return cfg, configError(sLoginConcurrency, "%q is not a number from 0 (half the cores) to 1000", str(cmd, sLoginConcurrency))
 	}
 	return cfg, nil
 }
