@@ -23,3 +23,14 @@ test-go: vet
 	go test -count=1 -race $(RACE_PACKAGES)
 
 test: test-go
+
+# The browser grid: Vitest on its data layer, a check that the committed
+# web/dist matches web/src, then the browser tests (Debian's chromium; the
+# runner builds the real binary and gives it a database of its own).
+.PHONY: test-web
+test-web:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+	npm ci --no-audit --no-fund
+	npm run test:web
+	npm run check:dist
+	npm run test:e2e
