@@ -391,6 +391,7 @@ func (h *Handler) createField(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	h.schemas.drop(realm, tableID)
 	return c.JSON(http.StatusCreated, out)
 }
 
@@ -456,6 +457,7 @@ func (h *Handler) updateField(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	h.schemas.drop(realm, tableID)
 	return c.JSON(http.StatusOK, out)
 }
 
@@ -492,5 +494,6 @@ func (h *Handler) deleteField(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	h.schemas.drop(realm, tableID)
 	return c.NoContent(http.StatusNoContent)
 }

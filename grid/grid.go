@@ -39,6 +39,8 @@ type Handler struct {
 	// DefaultCSVBodyLimit. The server's general body limit must skip the
 	// import route (see OwnsBodyLimit), which streams and bounds itself.
 	CSVBodyLimit int64
+
+	schemas schemaCache
 }
 
 // New returns a Handler that reaches tenant data through db.

@@ -410,12 +410,14 @@ func (b *sqlBuilder) conditions(p *readPlan) []string {
 
 // buildPage renders the keyset page query of a sorted or filtered read: the
 // rows after the cursor in (sort keys, id) order, empty cells last, with the
-// sort values of each row as extra columns for the next cursor.
+// sort values of each row as extra columns for the next cursor. Like the
+// plain read, it reads from the table's row so that an invisible table is
+// told from an empty one, and it returns the table's fields signature.
 func buildPage(realm, tableID uuid.UUID, p *readPlan, limit int) (string, []any) {
 	b := &sqlBuilder{}
 	conds := []string{"r.realm_id = " + b.arg(realm), "r.table_id = " + b.arg(tableID)}
 	conds = append(conds, b.conditions(p)...)
-	var cols, order []string
+	var cols, order, outer []string
 	exprs := make([]string, len(p.keys))
 	for i, k := range p.keys {
 		exprs[i] = b.expr(k.field)
@@ -423,10 +425,13 @@ func buildPage(realm, tableID uuid.UUID, p *readPlan, limit int) (string, []any)
 		if k.desc {
 			dir = " DESC"
 		}
-		cols = append(cols, exprs[i])
+		alias := "s" + strconv.Itoa(i)
+		cols = append(cols, exprs[i]+" AS "+alias)
 		order = append(order, "("+exprs[i]+") IS NULL", exprs[i]+dir)
+		outer = append(outer, "p."+alias+" IS NULL", "p."+alias+dir)
 	}
 	order = append(order, "r.id")
+	outer = append(outer, "p.id")
 	if p.after != nil {
 		// (k1 after v1) OR (k1 = v1 AND k2 after v2) OR … OR (all equal AND id > after)
 		var ors []string
@@ -455,17 +460,21 @@ func buildPage(realm, tableID uuid.UUID, p *readPlan, limit int) (string, []any)
 	if len(cols) > 0 {
 		sel += ", " + strings.Join(cols, ", ")
 	}
-	sql := "SELECT " + sel + " FROM rows r WHERE " + strings.Join(conds, " AND ") +
+	inner := "SELECT " + sel + " FROM rows r WHERE " + strings.Join(conds, " AND ") +
 		" ORDER BY " + strings.Join(order, ", ") + " LIMIT " + b.arg(limit+1)
+	sql := "SELECT " + fieldsSigSQL + ", p.* FROM tables t LEFT JOIN LATERAL (" + inner + ") p ON true" +
+		" WHERE t.realm_id = $1 AND t.id = $2 ORDER BY " + strings.Join(outer, ", ")
 	return sql, b.args
 }
 
-// buildCount renders the count of the rows a read's filters and search keep.
+// buildCount renders the count of the rows a read's filters and search keep,
+// with the table's fields signature; no row means no such table.
 func buildCount(realm, tableID uuid.UUID, p *readPlan) (string, []any) {
 	b := &sqlBuilder{}
 	conds := []string{"r.realm_id = " + b.arg(realm), "r.table_id = " + b.arg(tableID)}
 	conds = append(conds, b.conditions(p)...)
-	return "SELECT count(*) FROM rows r WHERE " + strings.Join(conds, " AND "), b.args
+	return "SELECT " + fieldsSigSQL + ", (SELECT count(*) FROM rows r WHERE " + strings.Join(conds, " AND ") +
+		") FROM tables t WHERE t.realm_id = $1 AND t.id = $2", b.args
 }
 
 // readParams are a read's query parameters before the table is known.
@@ -520,6 +529,44 @@ func (p readParams) plan(t *Table) (*readPlan, error) {
 // needsFields tells whether a read must know the table's fields: sorting and
 // filtering do; a plain read or a search does not.
 func (p readParams) needsFields() bool { return p.sort != "" || len(p.filters) > 0 }
+
+// withFields runs a read that depends on the table's fields, on the
+// remembered fields when there are some, so that it takes one round trip. run
+// reports the fields signature its statement saw and whether the table was
+// there. On a stale signature, or a parameter the remembered fields refuse,
+// the read runs once more on fresh fields (two more round trips, once per
+// change of the table's fields).
+func (h *Handler) withFields(c echo.Context, tableID uuid.UUID, run func(t *Table) (sig string, found bool, err error)) error {
+	realm := realmOf(c)
+	e, cached := h.schemas.get(realm, tableID)
+	for {
+		if !cached {
+			t, err := h.loadTableForRead(c, tableID)
+			if err != nil {
+				h.schemas.drop(realm, tableID)
+				return err
+			}
+			e = h.schemas.put(realm, t)
+		}
+		sig, found, err := run(e.table)
+		switch {
+		case err != nil && cached && appdor.ErrorCode(err) == appdor.EInvalid:
+			cached = false // perhaps a field the remembered ones lack
+		case err != nil:
+			return err
+		case !found:
+			h.schemas.drop(realm, tableID)
+			return appdor.Errorf(appdor.ENotFound, "table not found")
+		case sig != e.sig && cached:
+			h.schemas.drop(realm, tableID)
+			cached = false
+		default:
+			// Fresh fields that changed again since they were read: a race
+			// any read has; the page matches the fields it was built on.
+			return nil
+		}
+	}
+}
 
 // loadTableForRead reads a table's definition in its own round trip.
 func (h *Handler) loadTableForRead(c echo.Context, tableID uuid.UUID) (*Table, error) {
@@ -617,38 +664,49 @@ func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limi
 			return nil, appdor.Errorf(appdor.ENotFound, "table not found")
 		}
 	} else {
-		t, err := h.loadTableForRead(c, tableID)
-		if err != nil {
-			return nil, err
-		}
-		plan, err := p.plan(t)
-		if err != nil {
-			return nil, err
-		}
-		spec = sortSpec(plan.keys)
-		for _, f := range t.Fields {
-			hasLinks = hasLinks || f.Type == TypeLink
-		}
-		sql, args := buildPage(realm, tableID, plan, limit)
-		n := len(plan.keys)
-		err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
-			for rows.Next() {
-				var r Row
-				vals := make([]any, n)
-				dest := []any{&r.ID, &r.Version, &r.Cells, &r.CreatedAt, &r.UpdatedAt}
-				for i := range vals {
-					dest = append(dest, &vals[i])
-				}
-				if err := rows.Scan(dest...); err != nil {
-					return err
-				}
-				out.Rows = append(out.Rows, r)
-				if len(out.Rows) == limit {
-					lastValues = vals
-				}
+		err := h.withFields(c, tableID, func(t *Table) (string, bool, error) {
+			plan, err := p.plan(t)
+			if err != nil {
+				return "", false, err
 			}
-			return rows.Err()
-		}, sql, args...)
+			spec, hasLinks, lastValues = sortSpec(plan.keys), false, nil
+			for _, f := range t.Fields {
+				hasLinks = hasLinks || f.Type == TypeLink
+			}
+			out.Rows = out.Rows[:0]
+			sql, args := buildPage(realm, tableID, plan, limit)
+			n := len(plan.keys)
+			var sig string
+			found := false
+			err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
+				for rows.Next() {
+					found = true
+					var (
+						id           *uuid.UUID
+						version      *int64
+						cells        []byte
+						created, upd *time.Time
+					)
+					vals := make([]any, n)
+					dest := []any{&sig, &id, &version, &cells, &created, &upd}
+					for i := range vals {
+						dest = append(dest, &vals[i])
+					}
+					if err := rows.Scan(dest...); err != nil {
+						return err
+					}
+					if id == nil {
+						continue // the table exists and has no row to show
+					}
+					out.Rows = append(out.Rows, Row{ID: *id, Version: *version, Cells: cells, CreatedAt: *created, UpdatedAt: *upd})
+					if len(out.Rows) == limit {
+						lastValues = vals
+					}
+				}
+				return rows.Err()
+			}, sql, args...)
+			return sig, found, err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -753,24 +811,26 @@ func (h *Handler) countRows(c echo.Context) error {
 			err = appdor.Errorf(appdor.ENotFound, "table not found")
 		}
 	} else {
-		var t *Table
-		if t, err = h.loadTableForRead(c, tableID); err != nil {
-			return err
-		}
 		p.sort = ""
-		plan, err := p.plan(t)
-		if err != nil {
-			return err
-		}
-		sql, args := buildCount(realm, tableID, plan)
-		err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
-			for rows.Next() {
-				if err := rows.Scan(&n); err != nil {
-					return err
-				}
+		err = h.withFields(c, tableID, func(t *Table) (string, bool, error) {
+			plan, err := p.plan(t)
+			if err != nil {
+				return "", false, err
 			}
-			return rows.Err()
-		}, sql, args...)
+			sql, args := buildCount(realm, tableID, plan)
+			var sig string
+			found := false
+			err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
+				for rows.Next() {
+					found = true
+					if err := rows.Scan(&sig, &n); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			}, sql, args...)
+			return sig, found, err
+		})
 	}
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/appdor/appdor/test/testenv"
 )
 
 // seedNumbers makes a table of n rows: Name "row i", N = i % 97 (so sort keys
@@ -230,4 +232,32 @@ func TestFilterSearchCount(t *testing.T) {
 			require.Equal(t, http.StatusNotFound, res.Status)
 		}
 	})
+}
+
+// TestSortedReadSeesFieldChanges: a server remembers a table's fields to
+// read in one round trip; a change made through another server (another
+// replica) is seen at the next read all the same.
+func TestSortedReadSeesFieldChanges(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tb, _, _ := seedNumbers(t, f, 50)
+	other := &fixture{t: t, app: testenv.NewApp(t, nil), token: f.token, appID: f.appID}
+	rows := "/api/v1/tables/" + tb.ID + "/rows?limit=100"
+	require.Len(t, f.read(rows+"&sort=-N&filter=N:not_empty").Rows, 45)
+
+	other.ok(http.StatusOK, "PATCH", "/api/v1/tables/"+tb.ID+"/fields/"+tb.Fields["N"], map[string]any{"name": "Old N"})
+	m := other.ok(http.StatusCreated, "POST", "/api/v1/tables/"+tb.ID+"/fields", field("N", "text"))
+	other.ok(http.StatusCreated, "POST", "/api/v1/tables/"+tb.ID+"/rows", map[string]any{"rows": []any{
+		map[string]any{"cells": map[string]any{m["id"].(string): "x"}}}})
+
+	p := f.read(rows + "&sort=-N&filter=N:not_empty")
+	require.Len(t, p.Rows, 1)
+	require.Equal(t, "x", p.Rows[0].Cells[m["id"].(string)])
+	require.Len(t, f.read(rows+"&sort="+url.QueryEscape("-Old N")+"&filter="+url.QueryEscape("Old N:gte:0")).Rows, 45)
+	c := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+tb.ID+"/count?filter=N:empty", nil)
+	require.EqualValues(t, 50, c["count"])
+
+	other.ok(http.StatusNoContent, "DELETE", "/api/v1/tables/"+tb.ID+"/fields/"+m["id"].(string), nil)
+	res := f.do("GET", rows+"&sort=N", nil)
+	require.Equal(t, http.StatusBadRequest, res.Status, string(res.Body))
 }
