@@ -1,6 +1,7 @@
 package tenancy
 
 import (
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -56,4 +57,27 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	var m dto.Metric
 	require.NoError(t, c.Write(&m))
 	return m.GetCounter().GetValue()
+}
+
+// TestSessionCookiesSecureOverTLS: over TLS both cookies are Secure; the
+// session's is HttpOnly, the CSRF token's is readable by the page.
+func TestSessionCookiesSecureOverTLS(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	for _, tlsOn := range []bool{false, true} {
+		req := httptest.NewRequest(http.MethodPost, "/api/v1/auth/login", nil)
+		if tlsOn {
+			req.TLS = &tls.ConnectionState{}
+		}
+		rec := httptest.NewRecorder()
+		SetSessionCookies(e.NewContext(req, rec), Session{Secret: "aps_x", CSRF: CSRFToken("aps_x"), ExpiresAt: time.Now().Add(SessionTTL)})
+		cookies := (&http.Response{Header: rec.Header()}).Cookies()
+		require.Len(t, cookies, 2)
+		for _, ck := range cookies {
+			require.Equal(t, tlsOn, ck.Secure, ck.Name)
+			require.Equal(t, ck.Name == SessionCookie, ck.HttpOnly, ck.Name)
+			require.Equal(t, http.SameSiteLaxMode, ck.SameSite)
+			require.Equal(t, "/", ck.Path)
+		}
+	}
 }
