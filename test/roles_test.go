@@ -303,3 +303,33 @@ func requireUntouched(t *testing.T, app *testenv.App, ownerToken string, f roleF
 	res = app.Do(t, "GET", "/api/v1/apps", ownerToken, nil)
 	require.NotContains(t, string(res.Body), "New app "+f.TableID, "a refused POST /apps made an app")
 }
+
+// TestRolesMatchOpenAPI: the role the served OpenAPI document names for each
+// operation (x-appdor-role) is the role the scenario table proves.
+func TestRolesMatchOpenAPI(t *testing.T) {
+	t.Parallel()
+	app := testenv.SharedApp(t)
+	res := app.Do(t, "GET", "/api/v1/openapi.json", "", nil)
+	require.Equal(t, http.StatusOK, res.Status)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Role string `json:"x-appdor-role"`
+		} `json:"paths"`
+	}
+	res.JSON(t, &doc)
+	for _, s := range roleScenarios {
+		path := strings.TrimPrefix(s.route, "/api/v1")
+		for _, seg := range strings.Split(path, "/") {
+			if strings.HasPrefix(seg, ":") {
+				path = strings.Replace(path, seg, "{"+seg[1:]+"}", 1)
+			}
+		}
+		op, ok := doc.Paths[path][strings.ToLower(s.method)]
+		require.True(t, ok, "%s %s is not in the OpenAPI document", s.method, path)
+		want := string(s.min)
+		if s.route == "/api/v1/me" {
+			want = "" // any member, no realm chosen
+		}
+		require.Equal(t, want, op.Role, "%s %s", s.method, path)
+	}
+}
