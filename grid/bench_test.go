@@ -136,6 +136,8 @@ func BenchmarkRead100(b *testing.B) {
 	targets := []struct{ name, url, token string }{
 		{"appdor", app.URL + "/api/v1/tables/" + tableID + "/rows?limit=100", tn.Token},
 		{"appdor-fairness-off", unfair.URL + "/api/v1/tables/" + tableID + "/rows?limit=100", tn.Token},
+		// Not compared with bare: a sorted and filtered read, for its own figures.
+		{"appdor-sorted-filtered", app.URL + "/api/v1/tables/" + tableID + "/rows?limit=100&sort=-Amount&filter=Done:eq:true", tn.Token},
 		{"bare", bare.URL + "/rows?limit=100", ""},
 	}
 	if u := os.Getenv("APPDOR_BENCH_URL"); u != "" {
