@@ -64,7 +64,12 @@ try {
 
   test("sign in, open a 2,000-row table, see its cells, edit one, reload, the edit is kept", async (page) => {
     const check = watchConsole(page, [401]);
+    await page.goto(app.url + "/");
+    await page.getByRole("heading", { name: "Sign in to Appdor" }).waitFor();
+    await page.screenshot({ path: join(shots, "00-sign-in.png") });
     await signIn(page, app.url, a);
+    await page.getByRole("link", { name: "Orders" }).waitFor();
+    await page.screenshot({ path: join(shots, "00-apps.png") });
     await page.getByRole("link", { name: "Orders" }).click();
     await page.getByText("Item 0001", { exact: true }).waitFor({ state: "attached" });
     expect(page.url().endsWith(`/t/${table.id}`), "the table has a deep link: " + page.url());
