@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,7 +151,13 @@ func (p *People) login(c echo.Context) error {
 		Email    string `json:"email"`
 		Password string `json:"password"`
 	}
+	// Only JSON: an HTML form on another site can post text/plain without
+	// asking, and must not sign a browser in to someone else's account.
+	if ct := c.Request().Header.Get(echo.HeaderContentType); !strings.HasPrefix(strings.ToLower(ct), echo.MIMEApplicationJSON) {
+		return appdor.Errorf(appdor.EInvalid, "send {\"email\",\"password\"} with Content-Type: application/json")
+	}
 	dec := json.NewDecoder(c.Request().Body)
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
 		var mbe *http.MaxBytesError
 		switch {

@@ -27,6 +27,7 @@ func TestLoginConcurrencyRefuses(t *testing.T) {
 
 	e := echo.New()
 	req := httptest.NewRequest(http.MethodPost, "/api/v1/auth/login", strings.NewReader(`{"email":"a@b.c","password":"whatever1"}`))
+	req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 	err := p.login(e.NewContext(req, httptest.NewRecorder()))
 	require.Equal(t, appdor.EConcurrencyLimited, appdor.ErrorCode(err))
 	var ae *appdor.Error

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -194,6 +195,18 @@ func TestLoginRefusesWithOneMessage(t *testing.T) {
 	res := app.Do(t, "POST", "/api/v1/auth/login", "", "{not json")
 	require.Equal(t, http.StatusBadRequest, res.Status)
 	require.Equal(t, "invalid_request", res.ErrorCode(t))
+
+	// What an HTML form on another site can send without asking: text/plain
+	// shaped like JSON. It signs nobody in.
+	req, err := http.NewRequest("POST", app.URL+"/api/v1/auth/login",
+		strings.NewReader(`{"email":"`+a.Email+`","password":"`+a.Password+`","x":"="}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "text/plain")
+	plain, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	plain.Body.Close()
+	require.Equal(t, http.StatusBadRequest, plain.StatusCode)
+	require.Empty(t, plain.Cookies())
 
 	// The email is matched without regard to case.
 	_, res = signIn(t, app, bytes.NewBuffer(bytes.ToUpper([]byte(a.Email))).String(), a.Password)
