@@ -199,3 +199,40 @@ func BenchmarkMiddleware(b *testing.B) {
 		run(b, router(c, ok))
 	})
 }
+
+// BenchmarkRefusalEncoding compares the pre-encoded refusal with encoding the
+// same body per refusal, as the server's error handler would.
+func BenchmarkRefusalEncoding(b *testing.B) {
+	ok := func(ec echo.Context) error { return ec.NoContent(http.StatusNoContent) }
+	c := New(Config{Capacity: 2, Reserve: 1, Hold: -1}, nil)
+	c.Admit("a", ClassRequest)
+	c.Admit("a", ClassRequest)
+	encoding := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(ec echo.Context) error {
+			rel, ref := c.Admit("a", ClassRequest)
+			if ref != nil {
+				e := c.refusalError(ref)
+				ec.Response().Header().Set("Retry-After", "1")
+				return ec.JSON(http.StatusTooManyRequests, map[string]any{"error": map[string]any{
+					"code": e.Code, "message": e.Message, "details": e.Details, "retry_after_ms": e.RetryAfter.Milliseconds()}})
+			}
+			defer rel()
+			return next(ec)
+		}
+	}
+	run := func(b *testing.B, e *echo.Echo) {
+		req := request("a")
+		rec := httptest.NewRecorder()
+		for b.Loop() {
+			rec.Body.Reset()
+			e.ServeHTTP(rec, req)
+		}
+	}
+	b.Run("pre-encoded", func(b *testing.B) { run(b, router(c, ok)) })
+	b.Run("encoded", func(b *testing.B) {
+		e := echo.New()
+		e.Use(encoding)
+		e.Any("/*", ok)
+		run(b, e)
+	})
+}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -119,5 +120,46 @@ func TestUngatedRoutesExist(t *testing.T) {
 	}
 	for name := range ungated {
 		require.True(t, have[name], "%s is allowlisted as ungated but not registered", name)
+	}
+}
+
+// BenchmarkRequest is a request's server-side cost through the whole stack
+// (request id, access log, authentication from the token cache, the rate
+// limiter's Redis round trip, the fairness gate), in process: refused by the
+// fairness controller, and admitted (a one-statement read) for reference.
+func BenchmarkRequest(b *testing.B) {
+	for _, limiterOff := range []bool{false, true} {
+		app := testenv.NewApp(b, func(cfg *server.Config) {
+			cfg.Fairness.Hold = -1
+			cfg.RealmRequestsPerMinute = 100_000_000
+			cfg.LimiterOff = limiterOff
+		})
+		refusedT := app.NewTenant(b, tenancy.RoleOwner, nil)
+		admittedT := app.NewTenant(b, tenancy.RoleOwner, nil)
+		for range 1000 {
+			release, err := app.Fairness().Acquire(context.Background(), refusedT.RealmID.String(), fairness.ClassRequest)
+			if err != nil {
+				break
+			}
+			b.Cleanup(release)
+		}
+		run := func(b *testing.B, token string, want int) {
+			h := app.Handler()
+			req := httptest.NewRequest(http.MethodGet, "/api/v1/apps", nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != want {
+					b.Fatalf("status %d, want %d: %s", rec.Code, want, rec.Body)
+				}
+			}
+		}
+		suffix := ""
+		if limiterOff {
+			suffix = "-limiter-off"
+		}
+		b.Run("refused"+suffix, func(b *testing.B) { run(b, refusedT.Token, http.StatusTooManyRequests) })
+		b.Run("admitted"+suffix, func(b *testing.B) { run(b, admittedT.Token, http.StatusOK) })
 	}
 }
