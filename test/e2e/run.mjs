@@ -40,7 +40,7 @@ async function editCell(page, text, typed) {
   await page.waitForFunction((t) => document.activeElement?.value === t, typed);
   await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
   await page.keyboard.press("Enter");
-  await page.waitForFunction(() => !document.activeElement?.classList.contains("gdg-input"));
+  await page.waitForFunction(() => document.querySelector(".gdg-input") === null); // the editor is gone
 }
 
 const app = await startAppdor();
