@@ -55,6 +55,8 @@ type Config struct {
 	// LoginConcurrency is how many sign-in password checks run at once; 0
 	// is half the cores (tenancy.PeopleConfig).
 	LoginConcurrency int
+	// CSVBodyLimit bounds a CSV import's body in bytes; 0 is grid's default.
+	CSVBodyLimit int64
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -261,6 +263,7 @@ func (a *App) routes() {
 	}).Routes(v1)
 
 	gh := grid.New(a.db)
+	gh.CSVBodyLimit = a.cfg.CSVBodyLimit
 	if a.fair != nil {
 		gh.Gate = a.fair // CSV imports take their slots from the same controller
 	}

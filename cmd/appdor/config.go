@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/labstack/gommon/bytes"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -43,6 +44,9 @@ var (
 	sLimiter     = setting{"limiter", "APPDOR_LIMITER", "on", "rate limit the API with GCRA in Redis; off is for diagnosis only"}
 	sRealmRPM    = setting{"realm-requests-per-minute", "APPDOR_REALM_REQUESTS_PER_MINUTE", "6000", "every realm's API ceiling unless the realm sets its own"}
 
+	// The CSV import streams its body in bounded memory, so it has its own limit.
+	sCSVBodyLimit = setting{"csv-body-limit", "APPDOR_CSV_BODY_LIMIT", "1G", "largest CSV import body"}
+
 	sFairness       = setting{"fairness", "APPDOR_FAIRNESS", "on", "per-realm admission controller; off is for the storm harness's negative control only"}
 	sFairCapacity   = setting{"fairness-capacity", "APPDOR_FAIRNESS_CAPACITY", "0", "slots of concurrent work for all realms; 0 is two per core, within the pool"}
 	sFairReserve    = setting{"fairness-reserve", "APPDOR_FAIRNESS_RESERVE", "0", "extra slots kept for realms that are not over their share; 0 is max(1, capacity/8)"}
@@ -59,7 +63,7 @@ var connSettings = []setting{sDatabaseURL, sRedisURL}
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
 	sFairness, sFairCapacity, sFairReserve, sFairWindow, sFairHold, sFairRetryAfter,
-	sLoginConcurrency}
+	sLoginConcurrency, sCSVBodyLimit}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -136,6 +140,11 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 		cfg.LoginConcurrency < 0 || cfg.LoginConcurrency > 1000 {
 		return cfg, configError(sLoginConcurrency, "%q is not a number from 0 (half the cores) to 1000", str(cmd, sLoginConcurrency))
 	}
+	csvLimit, err := bytes.Parse(str(cmd, sCSVBodyLimit))
+	if err != nil || csvLimit < 1 {
+		return cfg, configError(sCSVBodyLimit, "%q is not a size such as 1G or 500M", str(cmd, sCSVBodyLimit))
+	}
+	cfg.CSVBodyLimit = csvLimit
 	return cfg, nil
 }
 
