@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/appdor/appdor/server"
+	"github.com/appdor/appdor/test/testenv"
 )
 
 func allTypes(gate map[string]any) []map[string]any {
@@ -148,4 +151,24 @@ func TestCSVImportLarge(t *testing.T) {
 	require.EqualValues(t, n, res["inserted"])
 	m := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+tb.ID+"/count", nil)
 	require.EqualValues(t, n, m["count"])
+}
+
+// TestCSVImportBodyLimit: the import's own body limit refuses a larger body
+// with 413, and says how far it got.
+func TestCSVImportBodyLimit(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.app = testenv.NewApp(t, func(c *server.Config) { c.CSVBodyLimit = 64 << 10 })
+	tb := f.table("Small", field("Name", "text"))
+	var b strings.Builder
+	b.WriteString("Name\n")
+	for i := range 20_000 {
+		fmt.Fprintf(&b, "row %d\n", i)
+	}
+	status, res := f.csvIn(tb.ID, b.String())
+	require.Equal(t, http.StatusRequestEntityTooLarge, status, "%v", res)
+	require.Equal(t, "too_large", res["error"].(map[string]any)["code"])
+	details := res["error"].(map[string]any)["details"].(map[string]any)
+	m := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+tb.ID+"/count", nil)
+	require.Equal(t, details["inserted"], m["count"], "the answer says what was written")
 }
