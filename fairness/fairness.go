@@ -23,20 +23,20 @@
 //
 //   - its realm has fewer than share slots in flight and fewer than Capacity
 //     slots are in flight in all, or
-//   - its realm is not hot and fewer than Capacity+Reserve slots are in
-//     flight in all (the reserve); the last of them only for a realm with
-//     nothing in flight, so an arriving realm always finds one.
+//   - its realm is not hot, has at most its share in flight, and fewer than
+//     Capacity+Reserve slots are in flight in all (the reserve: one slot past
+//     the share); the last of them only for a realm with nothing in flight,
+//     so an arriving realm always finds one.
 //
 // A realm is hot when it was refused HotAfter (default 4) times or more
 // within the last one to two ActiveWindows: it keeps asking for more than it
 // gets. Hot realms never take the reserve, so a realm arriving beside one or
 // sixteen storming realms finds a slot at once, and a light realm whose
 // requests sometimes overlap (an open-model client whose answer was slow)
-// goes past its share into the reserve instead of being refused. A realm
+// goes one slot past its share into the reserve instead of being refused. A realm
 // refused once by bad luck is not hot.
 //
-// Work-conserving: a realm alone has the whole Capacity, and a realm that is
-// not hot borrows past its share what nobody else holds; an arriving realm
+// Work-conserving: a realm alone has the whole Capacity; an arriving realm
 // counts at once (shares are recomputed on arrival), and a realm stops
 // counting ActiveWindow after its last request, giving its share back.
 // Activity is remembered across a window, not read off the in-flight count,
@@ -311,7 +311,7 @@ func (c *Controller) check(r *realm, now time.Time, mayReserve bool) string {
 	if !hot {
 		r.hot = false // an episode is over
 	}
-	if mayReserve && !hot {
+	if mayReserve && !hot && r.inflight <= share {
 		limit := c.cfg.Capacity + c.cfg.Reserve
 		if r.inflight > 0 {
 			limit-- // the last slot is for a realm with nothing in flight

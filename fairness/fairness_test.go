@@ -176,11 +176,11 @@ func TestBorrowingEndsWhenARealmGoesQuiet(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 1 })
 	releaseAll(admitN(t, c, "victim", 1))
-	a := admitN(t, c, "a", 4) // not hot, "a" borrows what nobody holds
+	a := admitN(t, c, "a", 3) // not hot: its share and one more
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
 	heat(t, c, "a")
 	a[0]()
-	a[1]()
-	a = a[2:]
+	a = a[1:]
 	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason, "hot, held to its share while the victim counts")
 
 	k.advance(DefaultActiveWindow - time.Millisecond)

@@ -66,6 +66,7 @@ func main() {
 type sample struct {
 	lat    time.Duration
 	status int
+	code   string
 }
 
 func run(ctx context.Context, arm, dbURL string, pool *pgxpool.Pool) {
@@ -117,21 +118,21 @@ func run(ctx context.Context, arm, dbURL string, pool *pgxpool.Pool) {
 
 	bp50, bp99, _ := pct(baseline)
 	sp50, sp99, serr := pct(under)
-	fmt.Printf("%-17s victim baseline p50 %6.2fms p99 %7.2fms | under storm p50 %7.2fms p99 %8.2fms (x%.1f) errors %d/%d | storm ok/s alone %5.0f, with victim %5.0f; refused/s %6.0f; 503/s %4.0f\n",
+	fmt.Printf("%-17s victim baseline p50 %6.2fms p99 %7.2fms | under storm p50 %7.2fms p99 %8.2fms (x%.1f) errors %v of %d | storm ok/s alone %5.0f, with victim %5.0f; refused/s %6.0f; 503/s %4.0f\n",
 		arm, ms(bp50), ms(bp99), ms(sp50), ms(sp99), float64(sp99)/float64(bp99), serr, len(under),
 		alone.okRate, during.okRate, during.refusedRate, during.unavailableRate)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// pct returns p50, p99 and the number of non-200 answers.
-func pct(s []sample) (time.Duration, time.Duration, int) {
+// pct returns p50, p99 and the non-200 answers by status and code.
+func pct(s []sample) (time.Duration, time.Duration, map[string]int) {
 	lats := make([]time.Duration, len(s))
-	errs := 0
+	errs := map[string]int{}
 	for i, x := range s {
 		lats[i] = x.lat
 		if x.status != http.StatusOK {
-			errs++
+			errs[strconv.Itoa(x.status)+" "+x.code]++
 		}
 	}
 	slices.Sort(lats)
@@ -154,8 +155,8 @@ func victim(url, token string, d time.Duration) []sample {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status, _ := get(url, token)
-			out[i] = sample{lat: time.Since(intended), status: status}
+			status, _, code := get(url, token)
+			out[i] = sample{lat: time.Since(intended), status: status, code: code}
 		}()
 	}
 	wg.Wait()
@@ -180,7 +181,7 @@ func storm(url, token string, hammer bool, during func()) stormStats {
 					return
 				default:
 				}
-				status, retryAfter := get(url, token)
+				status, retryAfter, _ := get(url, token)
 				switch status {
 				case http.StatusOK:
 					ok.Add(1)
@@ -208,17 +209,25 @@ func storm(url, token string, hammer bool, during func()) stormStats {
 	return stormStats{float64(ok.Load()) / el, float64(refused.Load()) / el, float64(unavailable.Load()) / el}
 }
 
-func get(url, token string) (int, time.Duration) {
+func get(url, token string) (int, time.Duration, string) {
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := client.Do(req)
 	if err != nil {
-		return 0, time.Second
+		return 0, time.Second, err.Error()
 	}
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
+	defer res.Body.Close()
 	ra, _ := strconv.Atoi(res.Header.Get("Retry-After"))
-	return res.StatusCode, time.Duration(max(ra, 1)) * time.Second
+	code := ""
+	if res.StatusCode != http.StatusOK {
+		var e struct{ Error struct{ Code string } }
+		b, _ := io.ReadAll(res.Body)
+		_ = json.Unmarshal(b, &e)
+		code = e.Error.Code
+	} else {
+		_, _ = io.Copy(io.Discard, res.Body)
+	}
+	return res.StatusCode, time.Duration(max(ra, 1)) * time.Second, code
 }
 
 // seed makes a realm with an editor's token and a table of 2,000 rows of 8
