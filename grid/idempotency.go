@@ -69,8 +69,15 @@ func (h *Handler) writeOnce(c echo.Context, body []byte, status int, write func(
 	)
 	err := h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		var fresh bool
+		// Each write clears up to a hundred of the realm's expired keys, so
+		// the table stays bounded with no sweeper and no unbounded statement.
 		err := tx.QueryRow(ctx,
-			`INSERT INTO idempotency_keys (realm_id, route, key, request_hash) VALUES ($1, $2, $3, $4)
+			`WITH expired AS (
+			   DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY (
+			     SELECT ctid FROM idempotency_keys
+			     WHERE realm_id = $1 AND created_at < now() - interval '24 hours' AND NOT (route = $2 AND key = $3)
+			     LIMIT 100)))
+			 INSERT INTO idempotency_keys (realm_id, route, key, request_hash) VALUES ($1, $2, $3, $4)
 			 ON CONFLICT (realm_id, route, key) DO UPDATE
 			   SET request_hash = EXCLUDED.request_hash, status = NULL, response = NULL, created_at = now()
 			   WHERE idempotency_keys.created_at < now() - interval '24 hours'

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/appdor/appdor/test/testenv"
 )
 
 func TestRowBatches(t *testing.T) {
@@ -162,4 +164,40 @@ func TestIdempotencyKey(t *testing.T) {
 	g := setup(t)
 	res := doWithHeader(t, "POST", path, g.token, body, map[string]string{"Idempotency-Key": "k-1"})
 	require.Equal(t, http.StatusNotFound, res.Status)
+}
+
+// TestIdempotencyKeysExpire: a key older than a day is forgotten, so its
+// reuse runs the write again, and expired keys are cleared as writes go.
+func TestIdempotencyKeysExpire(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tb := f.table("Orders", field("Name", "text"))
+	path := f.app.URL + "/api/v1/tables/" + tb.ID + "/rows"
+	body := map[string]any{"rows": []any{map[string]any{"cells": tb.cells(map[string]any{"Name": "x"})}}}
+	for _, k := range []string{"old-1", "old-2", "fresh"} {
+		res := doWithHeader(t, "POST", path, f.token, body, map[string]string{"Idempotency-Key": k})
+		require.Equal(t, http.StatusCreated, res.Status)
+	}
+	pool := testenv.Pool(t)
+	var realm string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT realm_id::text FROM tables WHERE id = $1`, tb.ID).Scan(&realm))
+	_, err := pool.Exec(t.Context(), `UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE realm_id = $1 AND key LIKE 'old-%'`, realm)
+	require.NoError(t, err)
+
+	res := doWithHeader(t, "POST", path, f.token, body, map[string]string{"Idempotency-Key": "old-1"})
+	require.Equal(t, http.StatusCreated, res.Status)
+	require.Empty(t, res.Header.Get("Idempotent-Replayed"), "an expired key runs the write again")
+	count := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+tb.ID+"/count", nil)
+	require.EqualValues(t, 4, count["count"])
+
+	var keys []string
+	rows, err := pool.Query(t.Context(), `SELECT key FROM idempotency_keys WHERE realm_id = $1 ORDER BY key`, realm)
+	require.NoError(t, err)
+	for rows.Next() {
+		var k string
+		require.NoError(t, rows.Scan(&k))
+		keys = append(keys, k)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"fresh", "old-1"}, keys, "old-2 expired and was cleared")
 }
