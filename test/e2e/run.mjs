@@ -146,6 +146,41 @@ try {
     check();
   });
 
+  test("a 429 on saving waits Retry-After, says so, keeps the grid usable, then saves", async (page) => {
+    const check = watchConsole(page, [401, 429]);
+    await signIn(page, app.url, a);
+    await openTable(page, app.url, table.id, "Item 0007");
+    // The browser answers the first save with the server's own 429 shape; the
+    // real limiter's refusals are tested against the server in Go.
+    let refused = 0;
+    await page.route(`**/api/v1/tables/${table.id}/rows`, async (route) => {
+      if (route.request().method() === "PATCH" && refused++ === 0) {
+        return route.fulfill({
+          status: 429,
+          headers: { "Retry-After": "2", "Content-Type": "application/json" },
+          body: JSON.stringify({ error: { code: "rate_limited", message: "too many requests", retry_after_ms: 2000 } }),
+        });
+      }
+      return route.continue();
+    });
+    await editCell(page, "Item 0007", "Later 0007");
+    await page.getByText(/Server busy; your changes are kept and will be saved in 2 s/).waitFor();
+    await editCell(page, "Item 0008", "Also 0008"); // the grid is not blocked meanwhile
+    await page.screenshot({ path: join(shots, "07-rate-limited.png") });
+    await page.getByText("All changes saved").waitFor();
+    for (const [name, want] of [["Item 0007", "Later 0007"], ["Item 0008", "Also 0008"]]) {
+      const row = await a.api.get(`/api/v1/tables/${table.id}/rows/${initial.get(name).id}`);
+      expect(row.cells[f.Name] === want, `${name} saved after the wait: ${row.cells[f.Name]}`);
+    }
+    expect(refused >= 2, "the save was retried");
+
+    // Search is bound to the API's q.
+    await page.getByLabel("Search rows").fill("Later");
+    await page.locator(".statusbar").getByText("1 row", { exact: true }).waitFor();
+    await page.getByText("Later 0007", { exact: true }).waitFor({ state: "attached" });
+    check();
+  });
+
   test("an invalid value (422) marks the cell, says why and keeps what was typed", async (page) => {
     const check = watchConsole(page, [401, 422]);
     await signIn(page, app.url, a);

@@ -66,7 +66,7 @@ export function AppRoot() {
 
   let body: React.ReactNode;
   if (me !== undefined && !current) body = <RealmPicker realms={realms} onPick={setRealm} />;
-  else if (canRenderTable) body = <TableView key={tableMatch[1] + (current?.id ?? "")} api={api} tableId={decodeURIComponent(tableMatch[1])} />;
+  else if (canRenderTable) body = <TableView key={tableMatch[1]} api={api} tableId={decodeURIComponent(tableMatch[1])} />;
   else if (me === undefined) body = <div className="page muted">Loading…</div>;
   else if (path === "/" || path === "/login") body = <Home api={api} />;
   else body = <NotFound what="page" />;
