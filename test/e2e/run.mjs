@@ -181,6 +181,44 @@ try {
     check();
   });
 
+  test("filter, add a field, export and import CSV through the toolbar", async (page) => {
+    const check = watchConsole(page, [401]);
+    await signIn(page, app.url, a);
+    await openTable(page, app.url, table.id, "Item 0001");
+
+    await page.getByRole("button", { name: "Filter" }).click();
+    await page.getByLabel("Filter field").selectOption({ label: "Status" });
+    await page.getByLabel("Filter operator").selectOption("eq");
+    await page.getByLabel("Filter value").fill("Closed");
+    await page.getByRole("button", { name: "Add filter" }).click();
+    await page.getByText("Status eq Closed").waitFor();
+    // Row 47 is Closed: off screen before the filter, near the top after it.
+    await page.getByText("Item 0047", { exact: true }).waitFor({ state: "attached" });
+    expect((await page.getByText("Item 0001", { exact: true }).count()) === 0, "the filter hides rows that do not match");
+    await page.screenshot({ path: join(shots, "08-filtered.png") });
+    await page.getByRole("button", { name: "Remove filter" }).click();
+    await page.getByText("Item 0001", { exact: true }).waitFor({ state: "attached" });
+
+    await page.getByRole("button", { name: "Add field" }).click();
+    await page.getByLabel("Field name").fill("Notes");
+    await page.getByLabel("Field type").selectOption("long_text");
+    await page.getByRole("button", { name: "Create field" }).click();
+    await page.locator("th[role=columnheader]", { hasText: "Notes" }).waitFor({ state: "attached" });
+    const meta = await a.api.get(`/api/v1/tables/${table.id}`);
+    expect(meta.fields.some((x) => x.name === "Notes" && x.type === "long_text"), "the field was created");
+
+    const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: "Export CSV" }).click()]);
+    const { readFile } = await import("node:fs/promises");
+    const csv = await readFile(await download.path(), "utf8");
+    expect(csv.split("\n")[0].includes("Name") && csv.includes("Item 0002"), "the export has the header and rows: " + csv.slice(0, 120));
+
+    await page.locator('input[type="file"]').setInputFiles({ name: "more.csv", mimeType: "text/csv", buffer: Buffer.from("Name,Status\nImported row,Open\n") });
+    await page.getByText("Imported more.csv.").waitFor();
+    await page.getByLabel("Search rows").fill("Imported");
+    await page.getByText("Imported row", { exact: true }).waitFor({ state: "attached" });
+    check();
+  });
+
   test("an invalid value (422) marks the cell, says why and keeps what was typed", async (page) => {
     const check = watchConsole(page, [401, 422]);
     await signIn(page, app.url, a);
