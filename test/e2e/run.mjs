@@ -30,8 +30,8 @@ async function openTable(page, url, tableId, firstCell) {
   await page.getByText(firstCell, { exact: true }).first().waitFor({ state: "attached" });
 }
 
-async function editCell(page, text, typed) {
-  await focusCell(page, text);
+async function editCell(page, text, typed, opts) {
+  await focusCell(page, text, opts);
   await page.keyboard.press("Enter"); // open the editor on the selected cell
   await page.waitForFunction(() => document.activeElement?.classList.contains("gdg-input"));
   await page.keyboard.press("ControlOrMeta+A");
@@ -130,7 +130,8 @@ try {
     const cur = await a.api.get(`/api/v1/tables/${table.id}/rows/${row.id}`);
     await a.api.patch(`/api/v1/tables/${table.id}/rows`, { rows: [{ id: row.id, version: cur.version, cells: { [f.Name]: "Theirs 0005" } }] });
 
-    await editCell(page, "Item 0005", "Mine 0005");
+    // Typed from the accessible table (the screen-reader path), not the canvas.
+    await editCell(page, "Item 0005", "Mine 0005", { thenCanvas: false });
     const notice = page.locator(".notice.conflict");
     await notice.waitFor();
     const text = await notice.textContent();

@@ -229,6 +229,34 @@ export function TableView({ api, tableId }: { api: Api; tableId: string }) {
     [win, saver, fields],
   );
 
+  // Glide 6.0.3 does not report an edit made in an editor that was opened
+  // by a key pressed on its accessible table (the screen-reader path) rather
+  // than on the canvas; it still reports that the editing finished. So the
+  // finished value is applied here when no edit was reported for it, and
+  // nothing typed is lost on that path either.
+  const reported = useRef<unknown>(undefined);
+  const onCellEditedOnce = useCallback(
+    (cell: Item, value: EditableGridCell) => {
+      reported.current = value;
+      onCellEdited(cell, value);
+    },
+    [onCellEdited],
+  );
+  const onFinishedEditing = useCallback(
+    (value: GridCell | undefined) => {
+      const was = reported.current;
+      reported.current = undefined;
+      const at = selection.current?.cell;
+      if (value === undefined || was === value || !at || value.kind === GridCellKind.Loading) return;
+      if ("readonly" in value && value.readonly) return;
+      const r = win.get(at[1]);
+      const f = fields[at[0]];
+      if (!r || !f || JSON.stringify(fromCell(f, value) ?? null) === JSON.stringify(r.cells[f.id] ?? null)) return;
+      onCellEdited(at, value as EditableGridCell);
+    },
+    [onCellEdited, selection, win, fields],
+  );
+
   const onVisible = useCallback((range: Rectangle) => void win.setView(range.y, range.y + range.height), [win]);
 
   const selectedIds = useMemo(() => {
@@ -394,7 +422,8 @@ export function TableView({ api, tableId }: { api: Api; tableId: string }) {
             columns={columns}
             rows={win.rowCount}
             getCellContent={getCellContent}
-            onCellEdited={onCellEdited}
+            onCellEdited={onCellEditedOnce}
+            onFinishedEditing={onFinishedEditing}
             customRenderers={customRenderers}
             onVisibleRegionChanged={onVisible}
             getCellsForSelection={true}
