@@ -14,7 +14,7 @@
 // runs, whose time is part CPU and part round trips to PostgreSQL, so one slot
 // per core left the cores idle (the storm kept half its throughput) while
 // three per core only lengthened everyone's latency (measured on 2 cores).
-// Reserve defaults to max(2, Capacity/4).
+// Reserve defaults to max(3, Capacity/2).
 //
 // A realm is active while it has work in flight or made a request within
 // ActiveWindow (default 2s; quiet realms are swept four times a window).
@@ -23,17 +23,19 @@
 //
 //   - its realm has fewer than share slots in flight and fewer than Capacity
 //     slots are in flight in all, or
-//   - its realm is not hot, has at most its share in flight, and fewer than
-//     Capacity+Reserve slots are in flight in all (the reserve: one slot past
-//     the share); the last of them only for a realm with nothing in flight,
-//     so an arriving realm always finds one.
+//   - its realm is not hot and a reserve slot is free: a realm with nothing
+//     in flight may take any, so an arriving realm always finds one; a realm
+//     with work in flight may go up to Reserve-1 slots past its share, never
+//     into the last reserve slot.
 //
-// A realm is hot when it was refused HotAfter (default 4) times or more
+// A realm is hot when it was refused HotAfter (default 16) times or more
 // within the last one to two ActiveWindows: it keeps asking for more than it
-// gets. Hot realms never take the reserve, so a realm arriving beside one or
+// gets. (Sixty honest clients refused with a Retry-After of 1s come back 60
+// times a second; a light realm refused now and then, when its answers were
+// slow and its requests overlapped, stays well under.) Hot realms never take the reserve, so a realm arriving beside one or
 // sixteen storming realms finds a slot at once, and a light realm whose
 // requests sometimes overlap (an open-model client whose answer was slow)
-// goes one slot past its share into the reserve instead of being refused. A realm
+// goes past its share into the reserve instead of being refused. A realm
 // refused once by bad luck is not hot.
 //
 // Work-conserving: a realm alone has the whole Capacity; an arriving realm
@@ -88,7 +90,7 @@ const (
 	DefaultActiveWindow = 2 * time.Second
 	DefaultRetryAfter   = time.Second
 	DefaultHold         = 20 * time.Millisecond
-	DefaultHotAfter     = 4
+	DefaultHotAfter     = 16
 )
 
 // Config sizes the controller. The zero value is on, sized automatically.
@@ -100,7 +102,7 @@ type Config struct {
 	// min(2×GOMAXPROCS, PoolSize-Reserve).
 	Capacity int
 	// Reserve is the number of extra slots only realms that are not hot may
-	// take; 0 picks max(2, Capacity/4).
+	// take; 0 picks max(3, Capacity/2).
 	Reserve int
 	// PoolSize is the database pool's size, used to size Capacity.
 	PoolSize int
@@ -128,14 +130,14 @@ func (cfg Config) Sized() Config {
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 2 * runtime.GOMAXPROCS(0)
 		if cfg.Reserve <= 0 {
-			cfg.Reserve = max(2, cfg.Capacity/4)
+			cfg.Reserve = max(3, cfg.Capacity/2)
 		}
 		if cfg.PoolSize > 0 && cfg.Capacity > cfg.PoolSize-cfg.Reserve {
 			cfg.Capacity = max(1, cfg.PoolSize-cfg.Reserve)
 		}
 	}
 	if cfg.Reserve <= 0 {
-		cfg.Reserve = max(2, cfg.Capacity/4)
+		cfg.Reserve = max(3, cfg.Capacity/2)
 	}
 	if cfg.ActiveWindow <= 0 {
 		cfg.ActiveWindow = DefaultActiveWindow
@@ -311,12 +313,13 @@ func (c *Controller) check(r *realm, now time.Time, mayReserve bool) string {
 	if !hot {
 		r.hot = false // an episode is over
 	}
-	if mayReserve && !hot && r.inflight <= share {
-		limit := c.cfg.Capacity + c.cfg.Reserve
-		if r.inflight > 0 {
-			limit-- // the last slot is for a realm with nothing in flight
+	if mayReserve && !hot {
+		all := c.cfg.Capacity + c.cfg.Reserve
+		if r.inflight == 0 && c.total < all {
+			return "" // an arriving realm
 		}
-		if c.total < limit {
+		// Overlap: up to Reserve-1 past the share, never the last slot.
+		if r.inflight < share+c.cfg.Reserve-1 && c.total < all-1 {
 			return ""
 		}
 	}

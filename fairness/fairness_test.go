@@ -88,11 +88,11 @@ func releaseAll(rels []func()) {
 
 func TestSized(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Capacity: 0, PoolSize: 3}.Sized()
-	require.Equal(t, 2, cfg.Reserve)
+	cfg := Config{Capacity: 0, PoolSize: 4}.Sized()
+	require.Equal(t, 3, cfg.Reserve)
 	require.Equal(t, 1, cfg.Capacity, "capacity and reserve fit the pool")
 	cfg = Config{Capacity: 32}.Sized()
-	require.Equal(t, 8, cfg.Reserve)
+	require.Equal(t, 16, cfg.Reserve)
 	require.Equal(t, DefaultActiveWindow, cfg.ActiveWindow)
 	require.Equal(t, DefaultHold, cfg.Hold)
 	require.Equal(t, time.Duration(0), Config{Capacity: 2, Hold: -1}.Sized().Hold)
@@ -176,11 +176,9 @@ func TestBorrowingEndsWhenARealmGoesQuiet(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 1 })
 	releaseAll(admitN(t, c, "victim", 1))
-	a := admitN(t, c, "a", 3) // not hot: its share and one more
+	a := admitN(t, c, "a", 2) // its share; a reserve of one is for arrivals only
 	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
 	heat(t, c, "a")
-	a[0]()
-	a = a[1:]
 	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason, "hot, held to its share while the victim counts")
 
 	k.advance(DefaultActiveWindow - time.Millisecond)
@@ -220,7 +218,7 @@ func TestSixteenStormsAndAQuietRealm(t *testing.T) {
 	c, _, _ := setup(t, nil)
 	inflight := map[string][]func(){}
 	storm := func() {
-		for range 5 {
+		for range DefaultHotAfter + 1 {
 			for i := range 16 {
 				name := fmt.Sprintf("storm%02d", i)
 				if rel, ref := c.Admit(name, ClassRequest); ref == nil {
@@ -423,4 +421,19 @@ func TestConcurrentNeverOverCommits(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, 0, c.Total())
+}
+
+// TestALightRealmOverlapsIntoTheReserve: a realm that is not hot may go
+// Reserve-1 past its share, but never into the last slot.
+func TestALightRealmOverlapsIntoTheReserve(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 3 })
+	storm := admitN(t, c, "storm", 2)
+	victim := admitN(t, c, "victim", 4) // its share of 2, and 2 more
+	require.Equal(t, ReasonRealmLimit, refused(t, c, "victim").Reason)
+	heat(t, c, "storm")
+	require.Equal(t, 6, c.Total())
+	releaseAll(admitN(t, c, "arriving", 1))
+	releaseAll(victim)
+	releaseAll(storm)
 }
