@@ -40,6 +40,7 @@ var (
 	workers  = flag.Int("workers", 60, "storm workers")
 	armsFlag = flag.String("arms", "on,off,on-hammer,on-hammer-nohold", "arms to run")
 	capacity = flag.Int("capacity", 0, "fairness capacity (0: automatic)")
+	realms   = flag.Int("realms", 1, "storm realms, each with -workers workers")
 )
 
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}, Timeout: 30 * time.Second}
@@ -104,23 +105,35 @@ func run(ctx context.Context, arm, dbURL string, pool *pgxpool.Pool) {
 	base := "http://" + ln.Addr().String()
 
 	tn := tenancy.New(pool)
-	victimTok, victimTable := seed(ctx, tn, base, "victim "+arm)
-	stormTok, stormTable := seed(ctx, tn, base, "storm "+arm)
+	victimTok, victimTable, victimRealm := seed(ctx, tn, base, "victim "+arm)
 	victimURL := base + "/api/v1/tables/" + victimTable + "/rows?limit=100"
-	stormURL := base + "/api/v1/tables/" + stormTable + "/rows?limit=200"
+	var storms []stormRealm
+	for i := range *realms {
+		tok, table, _ := seed(ctx, tn, base, fmt.Sprintf("storm %d %s", i, arm))
+		storms = append(storms, stormRealm{base + "/api/v1/tables/" + table + "/rows?limit=200", tok})
+	}
 
 	victim(victimURL, victimTok, *warm)
 	baseline := victim(victimURL, victimTok, *phase)
 
-	alone := storm(stormURL, stormTok, hammer, func() { time.Sleep(*phase / 2) })
+	alone := storm(storms, hammer, func() { time.Sleep(*phase / 2) })
 	var under []sample
-	during := storm(stormURL, stormTok, hammer, func() { under = victim(victimURL, victimTok, *phase) })
+	during := storm(storms, hammer, func() { under = victim(victimURL, victimTok, *phase) })
 
 	bp50, bp99, _ := pct(baseline)
 	sp50, sp99, serr := pct(under)
 	fmt.Printf("%-17s victim baseline p50 %6.2fms p99 %7.2fms | under storm p50 %7.2fms p99 %8.2fms (x%.1f) errors %v of %d | storm ok/s alone %5.0f, with victim %5.0f; refused/s %6.0f; 503/s %4.0f\n",
 		arm, ms(bp50), ms(bp99), ms(sp50), ms(sp99), float64(sp99)/float64(bp99), serr, len(under),
 		alone.okRate, during.okRate, during.refusedRate, during.unavailableRate)
+	if res, err := client.Get(base + "/metrics"); err == nil {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			if bytes.HasPrefix(line, []byte("appdor_fairness_refused_total")) && bytes.Contains(line, []byte(victimRealm)) {
+				fmt.Printf("    victim: %s\n", line)
+			}
+		}
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -165,13 +178,17 @@ func victim(url, token string, d time.Duration) []sample {
 
 type stormStats struct{ okRate, refusedRate, unavailableRate float64 }
 
-// storm runs the storm workers while during runs. Honest workers wait
-// Retry-After after a refusal; hammering ones ask again at once.
-func storm(url, token string, hammer bool, during func()) stormStats {
+type stormRealm struct{ url, token string }
+
+// storm runs the storm workers of every storm realm while during runs.
+// Honest workers wait Retry-After after a refusal; hammering ones ask again
+// at once.
+func storm(realms []stormRealm, hammer bool, during func()) stormStats {
 	var ok, refused, unavailable atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for range *workers {
+	for w := range *workers * len(realms) {
+		url, token := realms[w%len(realms)].url, realms[w%len(realms)].token
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -232,7 +249,7 @@ func get(url, token string) (int, time.Duration, string) {
 
 // seed makes a realm with an editor's token and a table of 2,000 rows of 8
 // text fields, through the public API.
-func seed(ctx context.Context, tn *tenancy.Service, base, name string) (string, string) {
+func seed(ctx context.Context, tn *tenancy.Service, base, name string) (string, string, string) {
 	r, err := tn.CreateRealm(ctx, name)
 	must(err)
 	email := strconv.FormatInt(time.Now().UnixNano(), 36) + "@probe.test"
@@ -262,7 +279,7 @@ func seed(ctx context.Context, tn *tenancy.Service, base, name string) (string, 
 		}
 		call(base, tok, "/api/v1/tables/"+t.ID+"/rows", map[string]any{"rows": rows}, nil)
 	}
-	return tok, t.ID
+	return tok, t.ID, r.ID.String()
 }
 
 func call(base, token, path string, body, out any) {
