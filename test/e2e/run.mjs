@@ -182,7 +182,7 @@ try {
     check();
   });
 
-  test("filter, add a field, export and import CSV through the toolbar", async (page) => {
+  test("filter, sort, add a field, export and import CSV through the toolbar", async (page) => {
     const check = watchConsole(page, [401]);
     await signIn(page, app.url, a);
     await openTable(page, app.url, table.id, "Item 0001");
@@ -198,6 +198,14 @@ try {
     expect((await page.getByText("Item 0001", { exact: true }).count()) === 0, "the filter hides rows that do not match");
     await page.screenshot({ path: join(shots, "08-filtered.png") });
     await page.getByRole("button", { name: "Remove filter" }).click();
+    await page.getByText("Item 0001", { exact: true }).waitFor({ state: "attached" });
+
+    // Sort is bound to the API's sort: by Amount, largest first.
+    await page.getByLabel("Sort").selectOption({ label: "Amount ↓" });
+    await page.getByText("Sorted by Amount ↓").waitFor();
+    await page.getByText("Item 2000", { exact: true }).waitFor({ state: "attached" });
+    expect((await page.getByText("Item 0001", { exact: true }).count()) === 0, "the smallest amounts are not on top");
+    await page.getByRole("button", { name: "Remove sort" }).click();
     await page.getByText("Item 0001", { exact: true }).waitFor({ state: "attached" });
 
     await page.getByRole("button", { name: "Add field" }).click();

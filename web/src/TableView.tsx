@@ -356,6 +356,22 @@ export function TableView({ api, tableId }: { api: Api; tableId: string }) {
           <h1>{table?.name ?? "…"}</h1>
         </div>
         <input className="search" type="search" placeholder="Search rows" aria-label="Search rows" value={search} onChange={(e) => setSearch(e.target.value)} />
+        <select
+          className="sort"
+          aria-label="Sort"
+          value={query.sort ?? ""}
+          onChange={(e) => setQuery((q) => ({ ...q, sort: e.target.value || undefined }))}
+        >
+          <option value="">Unsorted</option>
+          {fields.flatMap((f) => [
+            <option key={f.id} value={f.id}>
+              {f.name} ↑
+            </option>,
+            <option key={"-" + f.id} value={"-" + f.id}>
+              {f.name} ↓
+            </option>,
+          ])}
+        </select>
         <button className="btn" onClick={() => setPanel(panel === "filter" ? null : "filter")} aria-expanded={panel === "filter"}>
           Filter{query.filter?.length ? ` (${query.filter.length})` : ""}
         </button>
