@@ -182,7 +182,7 @@ try {
     check();
   });
 
-  test("filter, sort, add a field, export and import CSV through the toolbar", async (page) => {
+  test("filter, sort, add, rename, move and delete a field, export and import CSV through the toolbar", async (page) => {
     const check = watchConsole(page, [401]);
     await signIn(page, app.url, a);
     await openTable(page, app.url, table.id, "Item 0001");
@@ -215,6 +215,21 @@ try {
     await page.locator("th[role=columnheader]", { hasText: "Notes" }).waitFor({ state: "attached" });
     const meta = await a.api.get(`/api/v1/tables/${table.id}`);
     expect(meta.fields.some((x) => x.name === "Notes" && x.type === "long_text"), "the field was created");
+
+    // Rename, move and delete it from the Fields panel, by keyboard-reachable controls.
+    await page.getByRole("button", { name: "Fields", exact: true }).click();
+    await page.getByLabel("Name of Notes").fill("Remarks");
+    await page.getByLabel("Name of Notes").press("Enter");
+    await page.getByLabel("Name of Remarks").waitFor();
+    await page.getByRole("button", { name: "Move Remarks left" }).click();
+    await page.waitForFunction(() => [...document.querySelectorAll("th[role=columnheader]")].map((t) => t.textContent).join("|").includes("Remarks|Contact"));
+    await page.screenshot({ path: join(shots, "09-fields.png") });
+    page.once("dialog", (d) => d.accept());
+    await page.getByRole("button", { name: "Delete Remarks" }).click();
+    await page.getByLabel("Name of Remarks").waitFor({ state: "detached" });
+    const after = await a.api.get(`/api/v1/tables/${table.id}`);
+    expect(!after.fields.some((x) => x.name === "Remarks" || x.name === "Notes"), "the field was deleted");
+    await page.getByRole("button", { name: "Close" }).click();
 
     const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: "Export CSV" }).click()]);
     const { readFile } = await import("node:fs/promises");

@@ -90,7 +90,7 @@ export function TableView({ api, tableId }: { api: Api; tableId: string }) {
   const [notices, setNotices] = useState<Notice[]>([]);
   const [selection, setSelection] = useState<GridSelection>({ columns: CompactSelection.empty(), rows: CompactSelection.empty() });
   const [menu, setMenu] = useState<{ field: Field; x: number; y: number } | null>(null);
-  const [panel, setPanel] = useState<"field" | "filter" | null>(null);
+  const [panel, setPanel] = useState<"field" | "filter" | "fields" | null>(null);
   const [widths, setWidths] = useState<Record<string, number>>({});
   const noticeSeq = useRef(0);
 
@@ -378,6 +378,9 @@ export function TableView({ api, tableId }: { api: Api; tableId: string }) {
         <button className="btn" onClick={() => setPanel(panel === "field" ? null : "field")} aria-expanded={panel === "field"}>
           Add field
         </button>
+        <button className="btn" onClick={() => setPanel(panel === "fields" ? null : "fields")} aria-expanded={panel === "fields"}>
+          Fields
+        </button>
         <button className="btn" onClick={addRow}>
           Add row
         </button>
@@ -425,6 +428,22 @@ export function TableView({ api, tableId }: { api: Api; tableId: string }) {
           api={api}
           appId={table.app_id}
           onCreate={(f) => run(async () => (await api.createField(tableId, f), await loadTable(), setPanel(null)))}
+          onClose={() => setPanel(null)}
+        />
+      )}
+
+      {panel === "fields" && (
+        <FieldsPanel
+          fields={fields}
+          onRename={(f, name) => run(async () => (await api.patchField(tableId, f.id, { name }), await loadTable()))}
+          onMove={(from, to) => void onColumnMoved(from, to)}
+          onDelete={(f) =>
+            run(async () => {
+              if (!confirm(`Delete the field “${f.name}” and its values in every row?`)) return;
+              await api.deleteField(tableId, f.id);
+              await loadTable();
+            })
+          }
           onClose={() => setPanel(null)}
         />
       )}
@@ -693,6 +712,59 @@ function FieldPanel({ api, appId, onCreate, onClose }: { api: Api; appId: string
       </button>
       <button className="btn ghost small" type="button" onClick={onClose}>
         Cancel
+      </button>
+    </form>
+  );
+}
+
+/** Fields by keyboard as well as by the column menu: rename, move, delete. */
+function FieldsPanel(p: {
+  fields: Field[];
+  onRename: (f: Field, name: string) => void;
+  onMove: (from: number, to: number) => void;
+  onDelete: (f: Field) => void;
+  onClose: () => void;
+}) {
+  return (
+    <div className="panel card fields-panel">
+      <ul>
+        {p.fields.map((f, i) => (
+          <li key={f.id}>
+            <FieldRow field={f} onRename={(n) => p.onRename(f, n)} />
+            <span className="muted small">{typeLabels[f.type]}</span>
+            <button className="btn small ghost" disabled={i === 0} onClick={() => p.onMove(i, i - 1)} aria-label={`Move ${f.name} left`}>
+              ←
+            </button>
+            <button className="btn small ghost" disabled={i === p.fields.length - 1} onClick={() => p.onMove(i, i + 1)} aria-label={`Move ${f.name} right`}>
+              →
+            </button>
+            <button className="btn small ghost danger" onClick={() => p.onDelete(f)} aria-label={`Delete ${f.name}`}>
+              Delete
+            </button>
+          </li>
+        ))}
+      </ul>
+      <button className="btn ghost small" type="button" onClick={p.onClose}>
+        Close
+      </button>
+    </div>
+  );
+}
+
+function FieldRow({ field, onRename }: { field: Field; onRename: (n: string) => void }) {
+  const [name, setName] = useState(field.name);
+  useEffect(() => setName(field.name), [field.name]);
+  return (
+    <form
+      className="inline-form"
+      onSubmit={(e) => {
+        e.preventDefault();
+        if (name.trim() && name.trim() !== field.name) onRename(name.trim());
+      }}
+    >
+      <input value={name} onChange={(e) => setName(e.target.value)} aria-label={`Name of ${field.name}`} />
+      <button className="btn small" type="submit" disabled={!name.trim() || name.trim() === field.name}>
+        Rename
       </button>
     </form>
   );
