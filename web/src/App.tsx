@@ -247,7 +247,7 @@ function Home({ api }: { api: Api }) {
         {apps?.map((a) => (
           <section className="card app-card" key={a.id}>
             <div className="app-head">
-              <EditableName name={a.name} label="app" onRename={(n) => act(() => api.renameApp(a.id, n))} />
+              <EditableName name={a.name} label="app" onRename={(n) => act(() => renaming(() => api.renameApp(a.id, n)))} />
             </div>
             <ul className="list">
               {(tables[a.id] ?? []).map((t) => (
@@ -255,7 +255,7 @@ function Home({ api }: { api: Api }) {
                   <a href={`/t/${t.id}`} onClick={linkClick(`/t/${t.id}`)}>
                     {t.name}
                   </a>
-                  <EditableName name={t.name} label="table" hideName onRename={(n) => act(() => api.renameTable(t.id, n))} />
+                  <EditableName name={t.name} label="table" hideName onRename={(n) => act(() => renaming(() => api.renameTable(t.id, n)))} />
                 </li>
               ))}
             </ul>
@@ -265,6 +265,17 @@ function Home({ api }: { api: Api }) {
       </div>
     </div>
   );
+}
+
+// The server may not offer renaming apps and tables; say so plainly.
+async function renaming(fn: () => Promise<unknown>) {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof ApiError && (e.status === 404 || e.status === 405) && /route|method/.test(e.message + e.code))
+      throw new Error("This server does not support renaming apps and tables yet.");
+    throw e;
+  }
 }
 
 function EditableName({ name, label, onRename, hideName }: { name: string; label: string; onRename: (n: string) => Promise<unknown>; hideName?: boolean }) {
