@@ -28,11 +28,11 @@
 //     with work in flight may go up to Reserve-1 slots past its share, never
 //     into the last reserve slot.
 //
-// A realm is hot when it was refused HotAfter (default 16) times or more
-// within the last one to two ActiveWindows: it keeps asking for more than it
-// gets. (Sixty honest clients refused with a Retry-After of 1s come back 60
-// times a second; a light realm refused now and then, when its answers were
-// slow and its requests overlapped, stays well under.) Hot realms never take the reserve, so a realm arriving beside one or
+// A realm is hot when, within the last one to two ActiveWindows, it was
+// refused HotAfter (default 4) times or more and at least once for every
+// eight admissions: it keeps asking for more than it gets. A light realm
+// refused now and then, when its answers were slow and its requests
+// overlapped, is not hot; a storming realm, honest or hammering, is. Hot realms never take the reserve, so a realm arriving beside one or
 // sixteen storming realms finds a slot at once, and a light realm whose
 // requests sometimes overlap (an open-model client whose answer was slow)
 // goes past its share into the reserve instead of being refused. A realm
@@ -90,7 +90,7 @@ const (
 	DefaultActiveWindow = 2 * time.Second
 	DefaultRetryAfter   = time.Second
 	DefaultHold         = 20 * time.Millisecond
-	DefaultHotAfter     = 16
+	DefaultHotAfter     = 4
 )
 
 // Config sizes the controller. The zero value is on, sized automatically.
@@ -165,13 +165,13 @@ type realm struct {
 	name     string
 	inflight int
 	lastSeen time.Time
-	// Refusals in the current and the previous window: the realm is hot
-	// when they add up to HotAfter.
-	refusedCur, refusedPrev int
-	windowStart             time.Time
-	hot                     bool // logged as hot in this episode
-	gauge                   prometheus.Gauge
-	admitted                map[string]prometheus.Counter
+	// Refusals and admissions in the current and the previous window.
+	refusedCur, refusedPrev   int
+	admittedCur, admittedPrev int
+	windowStart               time.Time
+	hot                       bool // logged as hot in this episode
+	gauge                     prometheus.Gauge
+	admitted                  map[string]prometheus.Counter
 }
 
 // Controller admits work per realm. It is safe for concurrent use.
@@ -267,6 +267,7 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 	r.lastSeen = now
 	reason := c.check(r, now, class == ClassRequest)
 	if reason != "" {
+		c.rotate(r, now)
 		r.refusedCur++
 		hot := c.hot(r, now)
 		turned := hot && !r.hot
@@ -285,22 +286,35 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 		}
 		return nil, ref
 	}
+	c.rotate(r, now)
+	r.admittedCur++
 	c.admitLocked(r, class)
 	c.mu.Unlock()
 	return c.releaser(r), nil
 }
 
-// hot says whether r keeps asking for more than it gets. c.mu is held.
-func (c *Controller) hot(r *realm, now time.Time) bool {
-	if el := now.Sub(r.windowStart); el >= c.cfg.ActiveWindow {
-		r.refusedPrev = r.refusedCur
-		if el >= 2*c.cfg.ActiveWindow {
-			r.refusedPrev = 0
-		}
-		r.refusedCur = 0
-		r.windowStart = now
+// rotate starts a new counting window for r when the current one is over.
+// c.mu is held.
+func (c *Controller) rotate(r *realm, now time.Time) {
+	el := now.Sub(r.windowStart)
+	if el < c.cfg.ActiveWindow {
+		return
 	}
-	return r.refusedCur+r.refusedPrev >= c.cfg.HotAfter
+	r.refusedPrev, r.admittedPrev = r.refusedCur, r.admittedCur
+	if el >= 2*c.cfg.ActiveWindow {
+		r.refusedPrev, r.admittedPrev = 0, 0
+	}
+	r.refusedCur, r.admittedCur = 0, 0
+	r.windowStart = now
+}
+
+// hot says whether r keeps asking for more than it gets: at least HotAfter
+// refusals in this window and the last, and at least one for every eight
+// admissions. c.mu is held.
+func (c *Controller) hot(r *realm, now time.Time) bool {
+	c.rotate(r, now)
+	refused := r.refusedCur + r.refusedPrev
+	return refused >= c.cfg.HotAfter && refused*8 >= r.admittedCur+r.admittedPrev
 }
 
 // check says why r may not take a slot now, or "" when it may. c.mu is held.

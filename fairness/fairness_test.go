@@ -437,3 +437,22 @@ func TestALightRealmOverlapsIntoTheReserve(t *testing.T) {
 	releaseAll(victim)
 	releaseAll(storm)
 }
+
+// TestRefusalsAmongManyAdmissionsAreNotHot: a light realm refused now and
+// then keeps the reserve; hot needs a refusal for every eight admissions.
+func TestRefusalsAmongManyAdmissionsAreNotHot(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, nil)
+	for range 40 {
+		releaseAll(admitN(t, c, "light", 1))
+	}
+	full := admitN(t, c, "other", 2)
+	full = append(full, admitN(t, c, "light", 1)...)
+	require.Equal(t, 3, c.Total())
+	for range DefaultHotAfter {
+		require.Zero(t, refused(t, c, "light").Hold)
+	}
+	full[2]()
+	releaseAll(admitN(t, c, "light", 1)) // still an arriving realm's reserve
+	releaseAll(full[:2])
+}
