@@ -18,19 +18,22 @@
 //
 // A realm is active while it has work in flight or made a request within
 // ActiveWindow (default 2s; quiet realms are swept four times a window).
-// With N active realms, each realm's share is max(1, Capacity/N). A request
-// is admitted when either
+// A realm alone may use the whole Capacity; as soon as two or more realms
+// are active they share half of it, E = max(1, Capacity/2) (one slot per
+// core), because two slots per core fill the cores' idle gaps for one realm
+// but lengthen every other realm's latency. With N active realms, each
+// realm's share is max(1, E/N). A request is admitted when either
 //
-//   - its realm has fewer than share slots in flight and fewer than Capacity
-//     slots are in flight in all, or
-//   - its realm is not hot and a reserve slot is free: a realm with nothing
-//     in flight may take any, so an arriving realm always finds one; a realm
-//     with work in flight may go up to Reserve-1 slots past its share, never
-//     into the last reserve slot.
+//   - its realm has fewer than share slots in flight and fewer than E slots
+//     are in flight in all, or
+//   - its realm is not hot and fewer than Capacity+Reserve slots are in
+//     flight: a realm with nothing in flight may take any, so an arriving
+//     realm always finds one; a realm with work in flight may go up to
+//     Reserve-1 slots past its share, never into the last slot.
 //
 // A realm is hot when, within the last one to two ActiveWindows, it was
 // refused HotAfter (default 4) times or more and at least once for every
-// eight admissions: it keeps asking for more than it gets. A light realm
+// 32 admissions: it keeps asking for more than it gets. A light realm
 // refused now and then, when its answers were slow and its requests
 // overlapped, is not hot; a storming realm, honest or hammering, is. Hot realms never take the reserve, so a realm arriving beside one or
 // sixteen storming realms finds a slot at once, and a light realm whose
@@ -218,10 +221,20 @@ type Refusal struct {
 
 // share is each active realm's share. c.mu is held.
 func (c *Controller) share() int {
+	e := c.effective()
+	if c.active <= 1 {
+		return e
+	}
+	return max(1, e/c.active)
+}
+
+// effective is the capacity realms share now: all of it for a realm alone,
+// half of it (one slot per core by default) when realms compete. c.mu is held.
+func (c *Controller) effective() int {
 	if c.active <= 1 {
 		return c.cfg.Capacity
 	}
-	return max(1, c.cfg.Capacity/c.active)
+	return max(1, c.cfg.Capacity/2)
 }
 
 // sweep forgets realms that have gone quiet, at most four times a window.
@@ -309,18 +322,18 @@ func (c *Controller) rotate(r *realm, now time.Time) {
 }
 
 // hot says whether r keeps asking for more than it gets: at least HotAfter
-// refusals in this window and the last, and at least one for every eight
+// refusals in this window and the last, and at least one for every 32
 // admissions. c.mu is held.
 func (c *Controller) hot(r *realm, now time.Time) bool {
 	c.rotate(r, now)
 	refused := r.refusedCur + r.refusedPrev
-	return refused >= c.cfg.HotAfter && refused*8 >= r.admittedCur+r.admittedPrev
+	return refused >= c.cfg.HotAfter && refused*32 >= r.admittedCur+r.admittedPrev
 }
 
 // check says why r may not take a slot now, or "" when it may. c.mu is held.
 func (c *Controller) check(r *realm, now time.Time, mayReserve bool) string {
 	share := c.share()
-	if r.inflight < share && c.total < c.cfg.Capacity {
+	if r.inflight < share && c.total < c.effective() {
 		return ""
 	}
 	hot := c.hot(r, now)
