@@ -6,40 +6,34 @@
 //
 // # The algorithm
 //
-// Capacity is counted in slots of concurrent work. There are Capacity slots
-// for realms at work and Reserve slots on top of them. By default Capacity
-// follows the cores, two slots per core (GOMAXPROCS), never more than the
-// pool size minus the reserve: CPU is the scarce resource (two heavy reads
-// already keep two cores busy), and a slot is held only while the handler
-// runs, whose time is part CPU and part round trips to PostgreSQL, so one slot
-// per core left the cores idle (the storm kept half its throughput) while
-// three per core only lengthened everyone's latency (measured on 2 cores).
-// Reserve defaults to max(3, Capacity/2).
+// Capacity is counted in slots of concurrent work: Capacity slots for realms
+// at work and Reserve slots on top. By default Capacity is two slots per core
+// (GOMAXPROCS), never more than the pool size minus the reserve, and Reserve
+// is max(3, Capacity/2). CPU is the scarce resource (two heavy reads already
+// keep two cores busy); a slot is held only while the handler runs, part CPU
+// and part round trips to PostgreSQL, so a realm alone needs two slots per
+// core to keep the cores busy, while realms that compete must not queue more
+// than one heavy statement per core, or every realm's latency grows.
 //
 // A realm is active while it has work in flight or made a request within
-// ActiveWindow (default 2s; quiet realms are swept four times a window).
-// A realm alone may use the whole Capacity; as soon as two or more realms
-// are active they share half of it, E = max(1, Capacity/2) (one slot per
-// core), because two slots per core fill the cores' idle gaps for one realm
-// but lengthen every other realm's latency. With N active realms, each
-// realm's share is max(1, E/N). A request is admitted when either
+// ActiveWindow (default 2s; quiet realms are swept four times a window). A
+// realm alone may use the whole Capacity; when two or more are active they
+// share E = max(1, Capacity/2), each max(1, E/N) of it for N active realms.
+// A request is admitted when either
 //
-//   - its realm has fewer than share slots in flight and fewer than E slots
-//     are in flight in all, or
+//   - its realm has fewer than its share in flight and fewer than E slots are
+//     in flight in all, or
 //   - its realm is not hot and fewer than Capacity+Reserve slots are in
-//     flight: a realm with nothing in flight may take any, so an arriving
-//     realm always finds one; a realm with work in flight may go up to
-//     Reserve-1 slots past its share, never into the last slot.
+//     flight: a realm with nothing in flight may take any of them, so an
+//     arriving realm always finds one at once; a realm with work in flight
+//     may go up to Reserve-1 past its share (a light realm whose requests
+//     overlap because an answer was slow), never into the last slot.
 //
 // A realm is hot when, within the last one to two ActiveWindows, it was
-// refused HotAfter (default 4) times or more and at least once for every
-// 32 admissions: it keeps asking for more than it gets. A light realm
-// refused now and then, when its answers were slow and its requests
-// overlapped, is not hot; a storming realm, honest or hammering, is. Hot realms never take the reserve, so a realm arriving beside one or
-// sixteen storming realms finds a slot at once, and a light realm whose
-// requests sometimes overlap (an open-model client whose answer was slow)
-// goes past its share into the reserve instead of being refused. A realm
-// refused once by bad luck is not hot.
+// refused HotAfter (default 4) times or more and at least once for every 32
+// admissions: it keeps asking for more than it gets. A storming realm, honest
+// or hammering, one or sixteen of them, is hot and never takes the reserve; a
+// light realm refused now and then is not.
 //
 // Work-conserving: a realm alone has the whole Capacity; an arriving realm
 // counts at once (shares are recomputed on arrival), and a realm stops
