@@ -107,6 +107,23 @@ func TestEveryDataRouteIsGated(t *testing.T) {
 	// Another realm is not affected by this one's slots.
 	other := app.NewTenant(t, tenancy.RoleOwner, nil)
 	require.Equal(t, http.StatusOK, app.Do(t, http.MethodGet, "/api/v1/apps", other.Token, nil).Status)
+
+	// The diagnosis is on /metrics.
+	metrics := string(app.Do(t, http.MethodGet, "/metrics", "", nil).Body)
+	for _, want := range []string{
+		`appdor_fairness_inflight{realm="` + realm + `"}`,
+		`appdor_fairness_admitted_total{class="request",realm="` + other.RealmID.String() + `"} 1`,
+		`appdor_fairness_refused_total{class="request",realm="` + realm + `",reason="realm_limit"}`,
+		`appdor_fairness_limit{kind="capacity"}`,
+		`appdor_fairness_limit{kind="realm_share"}`,
+		`appdor_fairness_enabled 1`,
+		`appdor_http_request_duration_seconds_count{method="GET",route="/api/v1/apps",status="429"}`,
+		`appdor_db_pool_empty_acquires_total`,
+		`appdor_db_pool_acquire_wait_seconds_total`,
+		`appdor_db_pool_max_conns 16`,
+	} {
+		require.Contains(t, metrics, want)
+	}
 }
 
 // TestUngatedRoutesExist keeps the allowlist honest: a route that no longer
