@@ -37,7 +37,7 @@ const (
 
 // Defaults for Config.
 const (
-	DefaultRealmLimit       = 6000 // requests per minute
+	DefaultRealmLimit       = 60000 // requests per minute: 1,000 a second; isolation is the fairness controller's job
 	DefaultTimeout          = 100 * time.Millisecond
 	DefaultPause            = 500 * time.Millisecond
 	DefaultErrorLogInterval = 10 * time.Second

@@ -42,7 +42,7 @@ var (
 	sMigrate     = setting{"migrate", "APPDOR_MIGRATE", "true", "apply pending migrations at start"}
 	sLogLevel    = setting{"log-level", "APPDOR_LOG_LEVEL", "info", "debug, info, warn or error"}
 	sLimiter     = setting{"limiter", "APPDOR_LIMITER", "on", "rate limit the API with GCRA in Redis; off is for diagnosis only"}
-	sRealmRPM    = setting{"realm-requests-per-minute", "APPDOR_REALM_REQUESTS_PER_MINUTE", "6000", "every realm's API ceiling unless the realm sets its own"}
+	sRealmRPM    = setting{"realm-requests-per-minute", "APPDOR_REALM_REQUESTS_PER_MINUTE", "60000", "every realm's API ceiling unless the realm sets its own"}
 
 	// The CSV import streams its body in bounded memory, so it has its own limit.
 	sCSVBodyLimit = setting{"csv-body-limit", "APPDOR_CSV_BODY_LIMIT", "1G", "largest CSV import body"}
