@@ -38,7 +38,9 @@ func (k *clock) advance(d time.Duration) {
 func setup(t *testing.T, mutate func(*Config)) (*Controller, *clock, *prometheus.Registry) {
 	t.Helper()
 	k := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	cfg := Config{Capacity: 2, Reserve: 2, Now: k.now}
+	// Most tests look at shares and the reserve; probation for fresh realms
+	// is off unless a test turns it on.
+	cfg := Config{Capacity: 2, Reserve: 2, Now: k.now, FreshFor: -1}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -89,10 +91,11 @@ func releaseAll(rels []func()) {
 func TestSized(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Capacity: 0, PoolSize: 4}.Sized()
-	require.Equal(t, 3, cfg.Reserve)
+	require.Equal(t, 6, cfg.Reserve)
 	require.Equal(t, 1, cfg.Capacity, "capacity and reserve fit the pool")
 	cfg = Config{Capacity: 32}.Sized()
 	require.Equal(t, 16, cfg.Reserve)
+	require.Equal(t, DefaultActiveWindow, cfg.FreshFor)
 	require.Equal(t, DefaultActiveWindow, cfg.ActiveWindow)
 	require.Equal(t, DefaultHold, cfg.Hold)
 	require.Equal(t, time.Duration(0), Config{Capacity: 2, Hold: -1}.Sized().Hold)
@@ -120,84 +123,6 @@ func TestAloneUsesTheWholeCapacity(t *testing.T) {
 	require.Equal(t, 0, c.Total())
 }
 
-func TestSharesFollowActiveRealms(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 12; cfg.Reserve = 1 })
-	rels := map[string][]func(){}
-	for _, r := range []string{"a", "b", "c"} {
-		rels[r] = admitN(t, c, r, 2)
-	}
-	require.Equal(t, 2, c.Share())
-	// Past their shares, realms that keep asking are held to them.
-	for _, r := range []string{"a", "b", "c"} {
-		heat(t, c, r)
-	}
-	rels["a"][0]()
-	rels["a"][1]()
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "b").Reason, "b is hot: no borrowing a's share")
-	rels["a"] = admitN(t, c, "a", 2)
-	for _, r := range rels {
-		releaseAll(r)
-	}
-	require.Equal(t, 0, c.Total())
-}
-
-func TestArrivingRealmFindsTheReserve(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4 })
-	storm := admitN(t, c, "storm", 5) // alone and not hot: the capacity and a reserve slot
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
-
-	victim := admitN(t, c, "victim", 1) // at once, from the last slot
-	require.Equal(t, 6, c.Total())
-	require.Equal(t, 1, c.Share(), "the shares were recomputed on arrival: half the capacity, split")
-
-	// The storm keeps asking: hot now, it gets nothing more until it is back
-	// under its share, even when slots free up.
-	heat(t, c, "storm")
-	releaseAll(storm[:4])
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
-	storm[4]()
-	storm = admitN(t, c, "storm", 1)
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "storm").Reason)
-
-	// The victim's requests may overlap: past its share, into the reserve,
-	// up to Reserve-1 past it.
-	victim = append(victim, admitN(t, c, "victim", 1)...)
-	require.Equal(t, 3, c.Total())
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "victim").Reason)
-	releaseAll(admitN(t, c, "arriving", 1))
-	releaseAll(victim)
-	releaseAll(storm)
-}
-
-func TestBorrowingEndsWhenARealmGoesQuiet(t *testing.T) {
-	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 8; cfg.Reserve = 1 })
-	releaseAll(admitN(t, c, "victim", 1))
-	a := admitN(t, c, "a", 2) // its share; a reserve of one is for arrivals only
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
-	heat(t, c, "a")
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason, "hot, held to its share while the victim counts")
-
-	k.advance(DefaultActiveWindow - time.Millisecond)
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
-
-	// The victim's window ends (realms are swept four times a window): "a"
-	// has the whole capacity back.
-	k.advance(DefaultActiveWindow / 4)
-	a = append(a, admitN(t, c, "a", 6)...)
-	require.Equal(t, 1, c.Active())
-	require.Equal(t, 8, c.Share())
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
-
-	// The victim comes back: it finds room at once.
-	v := admitN(t, c, "victim", 1)
-	require.Equal(t, 2, c.Share())
-	releaseAll(a)
-	releaseAll(v)
-}
-
 func TestARealmWithWorkInFlightStaysActive(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 8; cfg.Reserve = 1 })
@@ -207,47 +132,6 @@ func TestARealmWithWorkInFlightStaysActive(t *testing.T) {
 	require.Equal(t, 2, c.Active())
 	require.Equal(t, 2, c.Share())
 	releaseAll(slow)
-}
-
-// TestSixteenStormsAndAQuietRealm: the storming realms share the capacity;
-// once they keep asking they are hot and never take the reserve, which stays
-// for the quiet realm.
-func TestSixteenStormsAndAQuietRealm(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4 })
-	inflight := map[string][]func(){}
-	storm := func() {
-		for range DefaultHotAfter + 1 {
-			for i := range 16 {
-				name := fmt.Sprintf("storm%02d", i)
-				if rel, ref := c.Admit(name, ClassRequest); ref == nil {
-					inflight[name] = append(inflight[name], rel)
-				}
-				require.LessOrEqual(t, c.Total(), 6)
-			}
-		}
-	}
-	storm()
-	// The storms' first requests finish; they come back, hot now.
-	for name, rels := range inflight {
-		releaseAll(rels)
-		delete(inflight, name)
-	}
-	storm()
-	require.Equal(t, 2, c.Total(), "hot storms hold the capacity, not the reserve")
-	for name := range inflight {
-		require.Equal(t, 1, c.Inflight(name), "share is 1 with 17 realms")
-	}
-
-	for range 100 { // the quiet realm, request after request
-		releaseAll(admitN(t, c, "quiet", 1))
-		storm()
-	}
-	require.Equal(t, 2, c.Total())
-	for _, rels := range inflight {
-		releaseAll(rels)
-	}
-	require.Equal(t, 0, c.Total())
 }
 
 func TestAnUnluckyRealmIsNotHot(t *testing.T) {
@@ -422,35 +306,113 @@ func TestConcurrentNeverOverCommits(t *testing.T) {
 	require.Equal(t, 0, c.Total())
 }
 
-// TestALightRealmOverlapsIntoTheReserve: a realm that is not hot may go
-// Reserve-1 past its share, but never into the last slot.
-func TestALightRealmOverlapsIntoTheReserve(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 8; cfg.Reserve = 3 })
-	storm := admitN(t, c, "storm", 2)
-	victim := admitN(t, c, "victim", 4) // its share of 2, and 2 more
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "victim").Reason)
-	require.Equal(t, 6, c.Total())
-	releaseAll(admitN(t, c, "arriving", 1))
-	releaseAll(victim)
-	releaseAll(storm)
+// fill admits requests of realm until one is refused, and returns the
+// releases and the refusal.
+func fill(c *Controller, realm string) ([]func(), *Refusal) {
+	var rels []func()
+	for range 1000 {
+		rel, ref := c.Admit(realm, ClassRequest)
+		if ref != nil {
+			return rels, ref
+		}
+		rels = append(rels, rel)
+	}
+	panic("never refused")
 }
 
-// TestRefusalsAmongManyAdmissionsAreNotHot: a light realm refused now and
-// then keeps the reserve; hot needs a refusal for every 32 admissions.
-func TestRefusalsAmongManyAdmissionsAreNotHot(t *testing.T) {
+func TestSharesAndALightRealmBorrowing(t *testing.T) {
 	t.Parallel()
-	c, _, _ := setup(t, nil)
-	for range 200 {
-		releaseAll(admitN(t, c, "light", 1))
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 12; cfg.Reserve = 2 })
+	rels := map[string][]func(){}
+	for _, r := range []string{"a", "b", "c"} {
+		rels[r] = admitN(t, c, r, 2)
 	}
-	full := admitN(t, c, "other", 2)
-	full = append(full, admitN(t, c, "light", 1)...)
-	require.Equal(t, 3, c.Total())
-	for range DefaultHotAfter {
-		require.Zero(t, refused(t, c, "light").Hold)
+	require.Equal(t, 3, c.Active())
+	require.Equal(t, 2, c.Share(), "E = 6 split three ways")
+
+	// A light realm past its share borrows any free slot but the last.
+	more, ref := fill(c, "a")
+	require.Equal(t, 13, c.Total(), "all but the last slot are taken")
+	require.Equal(t, ReasonRealmLimit, ref.Reason)
+	rels["a"] = append(rels["a"], more...)
+	// The last slot is for an arriving realm.
+	rels["d"] = admitN(t, c, "d", 1)
+	for _, r := range rels {
+		releaseAll(r)
 	}
-	full[2]()
-	releaseAll(admitN(t, c, "light", 1)) // still an arriving realm's reserve
-	releaseAll(full[:2])
+	require.Equal(t, 0, c.Total())
+}
+
+func TestHotRealmsTogetherHoldOneShare(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6 })
+	filler, _ := fill(c, "filler") // all but the last slot
+	last := admitN(t, c, "quiet", 1)
+	var storms []func()
+	for i := range 16 {
+		heat(t, c, fmt.Sprintf("storm%02d", i)) // refused while the room is full: hot
+	}
+	releaseAll(filler)
+	releaseAll(last)
+	// Sixteen hot realms ask again and again: together they get one slot
+	// (E = 2, hot realms hold at most half of it), never the reserve.
+	for range 5 {
+		for i := range 16 {
+			if rel, ref := c.Admit(fmt.Sprintf("storm%02d", i), ClassRequest); ref == nil {
+				storms = append(storms, rel)
+			} else {
+				require.Positive(t, ref.Hold, "a hot realm's refusal is held")
+			}
+		}
+	}
+	require.Len(t, storms, 1)
+	require.Equal(t, 1, c.Total())
+
+	// The quiet realm overlaps as far as it needs, request after request.
+	q, ref := fill(c, "quiet")
+	require.Equal(t, 9, c.Total(), "all but the last slot")
+	require.Zero(t, ref.Hold, "the quiet realm is not hot")
+	releaseAll(q)
+	releaseAll(storms)
+}
+
+func TestHeldSlotsMakeARealmHeavyWithoutRefusals(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6 })
+	releaseAll(admitN(t, c, "light", 1))
+	hog := admitN(t, c, "hog", 3)  // its share, then borrowed slots: never refused
+	k.advance(DefaultActiveWindow) // holding three slots for a whole window
+	releaseAll(admitN(t, c, "light", 1))
+	ref := refused(t, c, "hog")
+	require.Positive(t, ref.Hold, "heavy counts as hot: no more borrowing")
+	releaseAll(hog)
+}
+
+func TestAFreshCrowdLeavesRoomForTheRealmsAtWork(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6; cfg.FreshFor = DefaultActiveWindow })
+	releaseAll(admitN(t, c, "quiet", 1))
+	k.advance(DefaultActiveWindow - time.Millisecond)
+	releaseAll(admitN(t, c, "quiet", 1))
+	k.advance(2 * time.Millisecond) // the quiet realm is established, and still active
+	var crowd []func()
+	for i := range 16 {
+		for range 4 {
+			if rel, ref := c.Admit(fmt.Sprintf("new%02d", i), ClassRequest); ref == nil {
+				crowd = append(crowd, rel)
+			}
+		}
+	}
+	// The crowd holds its share of E and the fresh realms' part of the
+	// reserve, no more.
+	require.LessOrEqual(t, len(crowd), 2+3)
+	q := admitN(t, c, "quiet", 4)
+	releaseAll(q)
+	releaseAll(crowd)
+
+	// An arriving realm alone is not held back by its probation.
+	k.advance(3 * DefaultActiveWindow) // everyone else is swept
+	rels, _ := fill(c, "alone")
+	require.GreaterOrEqual(t, len(rels), 4)
+	releaseAll(rels)
 }

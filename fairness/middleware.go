@@ -2,6 +2,7 @@ package fairness
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -25,11 +26,25 @@ const maxHolds = 4096
 // the hold. A request for which key returns "" passes ungated: the server
 // puts this after authentication, which guarantees a realm.
 func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFunc {
-	bodies := map[string][]byte{
-		ReasonRealmLimit: c.refusalBody(ReasonRealmLimit),
-		ReasonCapacity:   c.refusalBody(ReasonCapacity),
+	// Two answers per reason: Retry-After as configured, and a second later.
+	// A hot realm's refusals pick one at random, so clients that honor
+	// Retry-After come back spread over two seconds instead of in one wave
+	// that lands on everyone else's latency each second.
+	type answer struct {
+		retryAfter string
+		bodies     map[string][]byte
 	}
-	retryAfter := strconv.FormatInt(int64((c.cfg.RetryAfter+time.Second-1)/time.Second), 10)
+	var answers [2]answer
+	for i := range answers {
+		wait := c.cfg.RetryAfter + time.Duration(i)*time.Second
+		answers[i] = answer{
+			retryAfter: strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10),
+			bodies: map[string][]byte{
+				ReasonRealmLimit: c.refusalBody(ReasonRealmLimit, wait),
+				ReasonCapacity:   c.refusalBody(ReasonCapacity, wait),
+			},
+		}
+	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec echo.Context) error {
 			name := key(ec)
@@ -50,14 +65,18 @@ func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFu
 				} else if ref.Hold > 0 {
 					c.holds.Add(-1)
 				}
+				a := answers[0]
+				if ref.Hold > 0 {
+					a = answers[rand.IntN(2)]
+				}
 				h := ec.Response().Header()
-				h.Set("Retry-After", retryAfter)
+				h.Set("Retry-After", a.retryAfter)
 				h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 				ec.Response().WriteHeader(http.StatusTooManyRequests)
 				if ec.Request().Method == http.MethodHead {
 					return nil
 				}
-				_, err := ec.Response().Write(bodies[ref.Reason])
+				_, err := ec.Response().Write(a.bodies[ref.Reason])
 				return err
 			}
 			defer release()
@@ -71,8 +90,8 @@ func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFu
 }
 
 // refusalBody is the 429 body for reason, encoded once.
-func (c *Controller) refusalBody(reason string) []byte {
-	ms := c.cfg.RetryAfter.Milliseconds()
+func (c *Controller) refusalBody(reason string, wait time.Duration) []byte {
+	ms := wait.Milliseconds()
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{
 		"code":           appdor.EConcurrencyLimited,
 		"message":        refusalMessage,

@@ -120,6 +120,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if cfg.DBMaxConns > 0 {
 		pcfg.MaxConns = cfg.DBMaxConns
 	}
+	// Keep half the pool open: a burst should not wait for new PostgreSQL
+	// backends (a fork and a statement cache each) while it holds its slots.
+	pcfg.MinConns = max(1, pcfg.MaxConns/2)
 	pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	if cfg.Migrate {
 		if err := ensureDatabase(ctx, pcfg.ConnConfig, log); err != nil {

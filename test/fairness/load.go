@@ -160,7 +160,8 @@ func openArm(ctx context.Context, rec *recorder, arm string, rate int, targets .
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
 	for r := range results {
-		intended := began.Add(time.Duration(r.Seq) * interval)
+		// vegeta's constant pacer sends hit k at (k+1) intervals from the start.
+		intended := began.Add(time.Duration(r.Seq+1) * interval)
 		lat := r.End().Sub(intended)
 		if lat < r.Latency {
 			lat = r.Latency
@@ -189,10 +190,7 @@ type closedStats struct {
 // honor is set a worker waits out a 429's or 503's Retry-After before trying
 // again, as an HTTP client with retries does; otherwise it hammers.
 func closedArm(ctx context.Context, rec *recorder, arm string, workers int, total int64, honor bool, url, token string) closedStats {
-	client := &http.Client{
-		Timeout:   10 * time.Second,
-		Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers},
-	}
+	client := clientFor(token)
 	var st closedStats
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -254,6 +252,24 @@ func closedArm(ctx context.Context, rec *recorder, arm string, workers int, tota
 	wg.Wait()
 	st.Elapsed = time.Since(start)
 	return st
+}
+
+var (
+	clientsMu sync.Mutex
+	clients   = map[string]*http.Client{}
+)
+
+// clientFor returns the HTTP client of one token's closed-loop arms, kept
+// across phases so that a phase starts on the connections its warm-up opened.
+func clientFor(token string) *http.Client {
+	clientsMu.Lock()
+	defer clientsMu.Unlock()
+	c := clients[token]
+	if c == nil {
+		c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
+		clients[token] = c
+	}
+	return c
 }
 
 func bearer(token string) http.Header {

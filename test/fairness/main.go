@@ -22,6 +22,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -41,7 +43,10 @@ const (
 	manyBound     = 2.0 // quiet realm's p99 under many storms ÷ baseline
 )
 
-var quick = flag.Bool("quick", false, "a short run to check the harness itself; its verdict proves nothing")
+var (
+	quick = flag.Bool("quick", false, "a short run to check the harness itself; its verdict proves nothing")
+	only  = flag.String("only", "", "run just this scenario (storm, noisy, many) and print its phases, with no verdict: for tuning")
+)
 
 func main() {
 	flag.Parse()
@@ -139,6 +144,34 @@ func run(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	fmt.Printf("harness: seeded in %.0fs\n", time.Since(started).Seconds())
+
+	if *only != "" {
+		fmt.Println("harness: server at", srv.base)
+	}
+	switch *only {
+	case "":
+	case "storm":
+		_, err := runStorm(ctx, p, srv.base, "storm", victim, storm)
+		return 0, err
+	case "noisy":
+		runNoisy(ctx, p, srv.base, victim, storm, editorsA, storm.Token, agentToken)
+		return 0, nil
+	case "many":
+		m := runMany(ctx, p, srv.base, victim, storms)
+		perSecond(m.rec, "quiet", "storms")
+		if res, err := http.Get(srv.base + "/metrics"); err == nil {
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, victim.RealmID) && strings.HasPrefix(l, "appdor_fairness_refused") {
+					fmt.Println(l)
+				}
+			}
+		}
+		return 0, nil
+	default:
+		return 0, fmt.Errorf("-only %q: expected storm, noisy or many", *only)
+	}
 
 	// storm, with the controller on.
 	st, err := runStorm(ctx, p, srv.base, "storm", victim, storm)
@@ -313,6 +346,43 @@ func printTable(gates []gate, st *stormOutcome, goodput float64) {
 		st.recovery.P50, st.recovery.P99, st.recovery.N)
 	fmt.Printf("storm: %d requests, %d ok, %d refused, %d errors, goodput %.0f reads/s\n",
 		st.stormArm.Requests, st.stormArm.OK, st.stormArm.Refused, st.stormArm.Errors, goodput)
+}
+
+// perSecond prints each arm's answers and failures second by second, for
+// tuning.
+func perSecond(rec *recorder, arms ...string) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	type bucket struct {
+		n, failed int
+		ss        []sample
+	}
+	for _, arm := range arms {
+		b := map[int]*bucket{}
+		last := 0
+		for _, s := range rec.samples {
+			if s.Arm != arm {
+				continue
+			}
+			sec := int(s.At.Seconds())
+			if b[sec] == nil {
+				b[sec] = &bucket{}
+			}
+			b[sec].n++
+			b[sec].ss = append(b[sec].ss, s)
+			if !s.ok() {
+				b[sec].failed++
+			}
+			last = max(last, sec)
+		}
+		var line []string
+		for sec := 0; sec <= last; sec++ {
+			if x := b[sec]; x != nil {
+				line = append(line, fmt.Sprintf("%d:%d/%d/p99=%.0f", sec, x.failed, x.n, summarize(x.ss).P99))
+			}
+		}
+		fmt.Printf("%s failed/sent by second: %s\n", arm, strings.Join(line, " "))
+	}
 }
 
 func planJSON(p plan) map[string]any {

@@ -238,7 +238,18 @@ func runMany(ctx context.Context, p plan, base string, quiet *tenant, storms []*
 		defer wg.Done()
 		openArm(qctx, rec, "quiet", p.QuietRate, vegeta.Target{Method: "GET", URL: rowsURL(base, quiet, 100), Header: bearer(quiet.Token)})
 	}()
+	// Warm-up: every storm realm reads a little, so the storm phase starts
+	// on a warm stack (connections, token cache, plans) as a real one would.
 	rec.begin("warmup")
+	var warm sync.WaitGroup
+	for _, s := range storms {
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			closedArm(ctx, rec, "storms", p.ManyWorkers, 20, true, rowsURL(base, s, 200), s.Token)
+		}()
+	}
+	warm.Wait()
 	sleepCtx(ctx, p.Warmup/2)
 	rec.begin("baseline")
 	sleepCtx(ctx, p.Baseline)
