@@ -86,7 +86,7 @@ const (
 	DefaultRetryAfter   = time.Second
 	DefaultHold         = 20 * time.Millisecond
 	DefaultHotAfter     = 4
-	DefaultHeavyAt      = 1.0
+	DefaultHeavyAt      = 3.0
 )
 
 // Config sizes the controller. The zero value is on, sized automatically.
@@ -313,10 +313,11 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 				slog.Int("inflight", inflight), slog.Int("share", share), slog.Int("total", total),
 				slog.Bool("heavy", heavy), slog.Int("refused", refusedN))
 		}
-		c.m.refused.WithLabelValues(realmName, class, reason).Inc()
 		ref := &Refusal{Reason: reason}
 		if hot {
 			ref.Hold = c.cfg.Hold
+		} else {
+			c.m.refused.WithLabelValues(realmName, class, reason).Inc()
 		}
 		return nil, ref
 	}
@@ -326,6 +327,53 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 	c.admitLocked(r, class, t)
 	c.mu.Unlock()
 	return c.releaser(r, t), nil
+}
+
+// CountRefusal counts a held refusal that found no slot within its hold:
+// Admit leaves those to the caller, which may still admit the request.
+func (c *Controller) CountRefusal(realmName, class string, ref *Refusal) {
+	c.m.refused.WithLabelValues(realmName, class, ref.Reason).Inc()
+}
+
+// AdmitWithin waits up to d (or until ctx ends) for a slot that Admit
+// refused, trying again each time a slot is released. It counts no further
+// refusal: the one that sent the request here was counted.
+func (c *Controller) AdmitWithin(ctx context.Context, realmName, class string, d time.Duration) (release func(), ok bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		now := c.cfg.Now()
+		c.mu.Lock()
+		r := c.lookup(realmName)
+		r.lastSeen = now
+		if c.check(r, now, class == ClassRequest) == "" {
+			c.rotate(r, now)
+			r.admittedCur++
+			t := c.taken(r, now)
+			c.admitLocked(r, class, t)
+			c.mu.Unlock()
+			return c.releaser(r, t), true
+		}
+		c.waiters++
+		wake := c.wake
+		c.mu.Unlock()
+		select {
+		case <-wake:
+			c.mu.Lock()
+			c.waiters--
+			c.mu.Unlock()
+		case <-timer.C:
+			c.mu.Lock()
+			c.waiters--
+			c.mu.Unlock()
+			return nil, false
+		case <-ctx.Done():
+			c.mu.Lock()
+			c.waiters--
+			c.mu.Unlock()
+			return nil, false
+		}
+	}
 }
 
 // rotate starts a new counting window for r when the current one is over.
@@ -391,9 +439,10 @@ func (c *Controller) hotCap() int { return max(1, c.effective()/2) }
 // hotMay says whether a hot realm may take a slot while realms compete: only
 // within hotCap, and only while no light realm has work in flight, so that
 // light work never shares the cores with more than the one statement it found
-// running. c.mu is held.
+// running. A hot realm's request waits up to the Hold for such a moment
+// (AdmitWithin) rather than being refused at once. c.mu is held.
 func (c *Controller) hotMay() bool {
-	return c.hotInflight < c.hotCap()
+	return c.hotInflight < c.hotCap() && c.total == c.hotInflight
 }
 
 // check says why r may not take a slot now, or "" when it may. c.mu is held.
@@ -506,6 +555,12 @@ func (c *Controller) Acquire(ctx context.Context, realmName, class string) (func
 	}
 	if class == ClassRequest || c.cfg.Off {
 		release, ref := c.Admit(realmName, class)
+		if ref != nil && ref.Hold > 0 {
+			if rel, ok := c.AdmitWithin(ctx, realmName, class, ref.Hold); ok {
+				return rel, nil
+			}
+			c.CountRefusal(realmName, class, ref)
+		}
 		if ref != nil {
 			return nil, c.refusalError(ref)
 		}

@@ -52,19 +52,22 @@ func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFu
 				return next(ec)
 			}
 			release, ref := c.Admit(name, ClassRequest)
-			if ref != nil {
-				if ref.Hold > 0 && c.holds.Add(1) <= maxHolds {
+			if ref != nil && ref.Hold > 0 {
+				// A hot realm's request is held: it waits, briefly, for
+				// a moment when no light work is in flight, and is refused
+				// only when none comes.
+				if c.holds.Add(1) <= maxHolds {
 					c.m.held.Inc()
-					t := time.NewTimer(ref.Hold)
-					select {
-					case <-t.C:
-					case <-ec.Request().Context().Done():
-						t.Stop()
+					if rel, ok := c.AdmitWithin(ec.Request().Context(), name, ClassRequest, ref.Hold); ok {
+						release, ref = rel, nil
 					}
-					c.holds.Add(-1)
-				} else if ref.Hold > 0 {
-					c.holds.Add(-1)
 				}
+				c.holds.Add(-1)
+				if ref != nil {
+					c.CountRefusal(name, ClassRequest, ref)
+				}
+			}
+			if ref != nil {
 				a := answers[0]
 				if ref.Hold > 0 {
 					a = answers[rand.IntN(2)]
