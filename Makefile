@@ -1,7 +1,7 @@
 # Appdor's build and test entry points. `make test` is the one test command:
 # the Go tests (race detector on the concurrent packages) against the local
-# PostgreSQL and Redis, then the storm harness and the browser tests when they
-# exist.
+# PostgreSQL and Redis, the storm harness (npm run test:fairness), then the
+# browser grid's unit and browser tests.
 
 APPDOR_TEST_DATABASE_URL ?= postgres://127.0.0.1:5432/postgres?sslmode=disable
 APPDOR_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
@@ -9,7 +9,7 @@ export APPDOR_TEST_DATABASE_URL APPDOR_TEST_REDIS_URL
 
 RACE_PACKAGES := $(foreach d,limiter fairness server,$(if $(wildcard $(d)/*.go),./$(d)/...))
 
-.PHONY: build test test-go vet
+.PHONY: build test test-go test-fairness vet
 
 build:
 	go build -o appdor ./cmd/appdor
@@ -22,7 +22,12 @@ test-go: vet
 	go test -count=1 ./...
 	go test -count=1 -race $(RACE_PACKAGES)
 
-test: test-go
+test: test-go test-fairness test-web
+
+# The storm harness: builds and runs the real binary on a database of its
+# own, and fails when a realm's storm becomes another realm's latency.
+test-fairness:
+	npm run test:fairness
 
 # The browser grid: Vitest on its data layer, a check that the committed
 # web/dist matches web/src, then the browser tests (Debian's chromium; the
