@@ -49,7 +49,7 @@ var (
 
 	sFairness       = setting{"fairness", "APPDOR_FAIRNESS", "on", "per-realm admission controller; off is for the storm harness's negative control only"}
 	sFairCapacity   = setting{"fairness-capacity", "APPDOR_FAIRNESS_CAPACITY", "0", "slots of concurrent work for all realms; 0 is two per core, within the pool"}
-	sFairReserve    = setting{"fairness-reserve", "APPDOR_FAIRNESS_RESERVE", "0", "extra slots kept for realms that are not over their share; 0 is max(1, capacity/8)"}
+	sFairReserve    = setting{"fairness-reserve", "APPDOR_FAIRNESS_RESERVE", "0", "extra slots kept for light and arriving realms; 0 is max(6, capacity/2)"}
 	sFairWindow     = setting{"fairness-active-window", "APPDOR_FAIRNESS_ACTIVE_WINDOW", "2s", "how long a realm counts as active (holds a share) after its last request"}
 	sFairHold       = setting{"fairness-hold", "APPDOR_FAIRNESS_HOLD", "20ms", "delay before refusing a realm that keeps asking over its share; 0 answers at once"}
 	sFairRetryAfter = setting{"fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER", "1s", "Retry-After of a concurrency_limited refusal"}
