@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/appdor/appdor/limiter"
 	"github.com/appdor/appdor/server"
 	"github.com/appdor/appdor/tenancy"
 	"github.com/appdor/appdor/test/testenv"
@@ -535,7 +536,7 @@ func TestTokenAPI(t *testing.T) {
 		require.Equal(t, c.status, res.Status, "%s: %s", c.name, res.Body)
 		require.NotEmpty(t, res.ErrorCode(t), c.name)
 	}
-	requireAllowed(t, app.Do(t, "GET", "/api/v1/apps", stranger.Token, nil), 6000)
+	requireAllowed(t, app.Do(t, "GET", "/api/v1/apps", stranger.Token, nil), limiter.DefaultRealmLimit)
 
 	// PATCH changes the ceiling at once (the cached answer is dropped), and
 	// null removes it.
@@ -546,7 +547,7 @@ func TestTokenAPI(t *testing.T) {
 	res = app.Do(t, "PATCH", path, owner.Token, json.RawMessage(`{"requests_per_minute": null}`))
 	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
 	require.Nil(t, res.Map(t)["requests_per_minute"])
-	requireAllowed(t, app.Do(t, "GET", "/api/v1/apps", created.Token, nil), 6000)
+	requireAllowed(t, app.Do(t, "GET", "/api/v1/apps", created.Token, nil), limiter.DefaultRealmLimit)
 
 	// DELETE revokes at once, and again is a no-op.
 	require.Equal(t, http.StatusNoContent, app.Do(t, "DELETE", path, owner.Token, nil).Status)
