@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/appdor/appdor/fairness"
 	"github.com/appdor/appdor/server"
 	"github.com/appdor/appdor/tenancy"
 )
@@ -36,6 +37,10 @@ func Config(t testing.TB) server.Config {
 		DBMaxConns:  16,
 		BodyLimit:   "10M",
 		Version:     "test",
+		// Parallel tests make dozens of realms at once, which the fairness
+		// controller's probation for arriving crowds would throttle; the
+		// controller's own tests and the storm harness cover that rule.
+		Fairness: fairness.Config{FreshFor: -1},
 	}
 }
 
