@@ -161,7 +161,10 @@ func run(ctx context.Context) (int, error) {
 	switch *only {
 	case "":
 	case "storm":
-		_, err := runStorm(ctx, p, srv.base, "storm", victim, storm)
+		st, err := runStorm(ctx, p, srv.base, "storm", victim, storm)
+		if err == nil {
+			perSecond(st.rec, "victim", "storm")
+		}
 		return 0, err
 	case "noisy":
 		runNoisy(ctx, p, srv.base, victim, storm, editorsA, storm.Token, agentToken)
