@@ -135,8 +135,11 @@ func (cfg Config) Sized() Config {
 		if cfg.Reserve <= 0 {
 			cfg.Reserve = max(6, cfg.Capacity/2)
 		}
-		if cfg.PoolSize > 0 && cfg.Capacity > cfg.PoolSize-cfg.Reserve {
-			cfg.Capacity = max(1, cfg.PoolSize-cfg.Reserve)
+		// Every admitted slot must find a connection: capacity and reserve
+		// together fit the pool, half and half when it is small.
+		if cfg.PoolSize > 0 && cfg.Capacity+cfg.Reserve > cfg.PoolSize {
+			cfg.Reserve = min(cfg.Reserve, max(1, cfg.PoolSize/2))
+			cfg.Capacity = max(1, min(cfg.Capacity, cfg.PoolSize-cfg.Reserve))
 		}
 	}
 	if cfg.Reserve <= 0 {

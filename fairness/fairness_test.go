@@ -91,8 +91,10 @@ func releaseAll(rels []func()) {
 func TestSized(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Capacity: 0, PoolSize: 4}.Sized()
-	require.Equal(t, 6, cfg.Reserve)
-	require.Equal(t, 1, cfg.Capacity, "capacity and reserve fit the pool")
+	require.Equal(t, 2, cfg.Reserve)
+	require.Equal(t, 2, cfg.Capacity, "capacity and reserve fit the pool")
+	cfg = Config{Capacity: 0, PoolSize: 16}.Sized()
+	require.LessOrEqual(t, cfg.Capacity+cfg.Reserve, 16)
 	cfg = Config{Capacity: 32}.Sized()
 	require.Equal(t, 16, cfg.Reserve)
 	require.Equal(t, DefaultActiveWindow, cfg.FreshFor)
