@@ -307,8 +307,12 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 		hot := c.hot(r, now)
 		turned := hot && !r.hot
 		r.hot = hot
-		inflight, share, total := r.inflight, c.share(), c.total
-		heavy, refusedN := c.heavy(r, now), r.refusedCur+r.refusedPrev
+		var inflight, share, total, refusedN int
+		var heavy bool
+		if turned {
+			inflight, share, total = r.inflight, c.share(), c.total
+			heavy, refusedN = c.heavy(r, now), r.refusedCur+r.refusedPrev
+		}
 		c.mu.Unlock()
 		if turned && c.cfg.Log != nil {
 			c.cfg.Log.Warn("fairness: realm is over its share and keeps asking; refusing with a hold",
@@ -344,14 +348,26 @@ func (c *Controller) CountRefusal(realmName, class string, ref *Refusal) {
 func (c *Controller) AdmitWithin(ctx context.Context, realmName, class string, d time.Duration) (release func(), ok bool) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
+	return c.waitForSlot(ctx, realmName, class, timer.C)
+}
+
+// waitForSlot admits work of class in realm as soon as check allows it,
+// trying again each time a slot is released, until ctx ends or timeout
+// fires (nil: never). A request may take the reserve and counts as an
+// admission of its realm; background work may not and does not.
+func (c *Controller) waitForSlot(ctx context.Context, realmName, class string, timeout <-chan time.Time) (func(), bool) {
+	request := class == ClassRequest
 	for {
 		now := c.cfg.Now()
 		c.mu.Lock()
+		c.sweep(now)
 		r := c.lookup(realmName)
 		r.lastSeen = now
-		if c.check(r, now, class == ClassRequest) == "" {
-			c.rotate(r, now)
-			r.admittedCur++
+		if c.check(r, now, request) == "" {
+			if request {
+				c.rotate(r, now)
+				r.admittedCur++
+			}
 			t := c.taken(r, now)
 			c.admitLocked(r, class, t)
 			c.mu.Unlock()
@@ -360,20 +376,20 @@ func (c *Controller) AdmitWithin(ctx context.Context, realmName, class string, d
 		c.waiters++
 		wake := c.wake
 		c.mu.Unlock()
+		if c.onWait != nil && !request {
+			c.onWait()
+		}
+		woken := false
 		select {
 		case <-wake:
-			c.mu.Lock()
-			c.waiters--
-			c.mu.Unlock()
-		case <-timer.C:
-			c.mu.Lock()
-			c.waiters--
-			c.mu.Unlock()
-			return nil, false
+			woken = true
+		case <-timeout:
 		case <-ctx.Done():
-			c.mu.Lock()
-			c.waiters--
-			c.mu.Unlock()
+		}
+		c.mu.Lock()
+		c.waiters--
+		c.mu.Unlock()
+		if !woken {
 			return nil, false
 		}
 	}
@@ -569,38 +585,12 @@ func (c *Controller) Acquire(ctx context.Context, realmName, class string) (func
 		}
 		return release, nil
 	}
-	for {
-		now := c.cfg.Now()
-		c.mu.Lock()
-		c.sweep(now)
-		r := c.lookup(realmName)
-		r.lastSeen = now
-		if c.check(r, now, false) == "" {
-			t := c.taken(r, now)
-			c.admitLocked(r, class, t)
-			c.mu.Unlock()
-			return c.releaser(r, t), nil
-		}
-		c.waiters++
-		wake := c.wake
-		c.mu.Unlock()
-		if c.onWait != nil {
-			c.onWait()
-		}
-		select {
-		case <-wake:
-			c.mu.Lock()
-			c.waiters--
-			c.mu.Unlock()
-		case <-ctx.Done():
-			c.mu.Lock()
-			c.waiters--
-			c.mu.Unlock()
-			c.m.refused.WithLabelValues(realmName, class, ReasonCanceled).Inc()
-			return nil, &appdor.Error{Code: appdor.EConcurrencyLimited,
-				Message: "this realm's background work found no free slot in time", RetryAfter: c.cfg.RetryAfter}
-		}
+	if release, ok := c.waitForSlot(ctx, realmName, class, nil); ok {
+		return release, nil
 	}
+	c.m.refused.WithLabelValues(realmName, class, ReasonCanceled).Inc()
+	return nil, &appdor.Error{Code: appdor.EConcurrencyLimited,
+		Message: "this realm's background work found no free slot in time", RetryAfter: c.cfg.RetryAfter}
 }
 
 func (c *Controller) refusalError(ref *Refusal) *appdor.Error {

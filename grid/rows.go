@@ -69,6 +69,27 @@ func checkCells(t *Table, index int, cells map[string]json.RawMessage, keepNulls
 	return out, details
 }
 
+// batchSize refuses an empty batch and one of more than MaxBatch items.
+func batchSize(n int, item string) error {
+	if n == 0 {
+		return appdor.Errorf(appdor.EValidation, "send at least one %s", item)
+	}
+	if n > MaxBatch {
+		return tooLarge(n)
+	}
+	return nil
+}
+
+// readJSON reads the whole body, which an idempotent write keeps to compare
+// a retry with, and decodes it into v.
+func readJSON(c echo.Context, v any) ([]byte, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	return body, decodeFrom(bytes.NewReader(body), v)
+}
+
 func tooLarge(n int) error {
 	return appdor.Errorf(appdor.ETooLarge, "a batch has at most %d rows; this one has %d", MaxBatch, n)
 }
@@ -140,21 +161,15 @@ func (h *Handler) createRows(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var in struct {
 		Rows []RowInput `json:"rows"`
 	}
-	if err := decodeFrom(bytes.NewReader(body), &in); err != nil {
+	body, err := readJSON(c, &in)
+	if err != nil {
 		return err
 	}
-	if len(in.Rows) == 0 {
-		return appdor.Errorf(appdor.EValidation, "send at least one row")
-	}
-	if len(in.Rows) > MaxBatch {
-		return tooLarge(len(in.Rows))
+	if err := batchSize(len(in.Rows), "row"); err != nil {
+		return err
 	}
 	realm := realmOf(c)
 	return h.writeOnce(c, body, http.StatusCreated, func(ctx context.Context, tx pgx.Tx) (any, error) {
@@ -185,21 +200,15 @@ func (h *Handler) updateRows(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var in struct {
 		Rows []RowPatch `json:"rows"`
 	}
-	if err := decodeFrom(bytes.NewReader(body), &in); err != nil {
+	body, err := readJSON(c, &in)
+	if err != nil {
 		return err
 	}
-	if len(in.Rows) == 0 {
-		return appdor.Errorf(appdor.EValidation, "send at least one row")
-	}
-	if len(in.Rows) > MaxBatch {
-		return tooLarge(len(in.Rows))
+	if err := batchSize(len(in.Rows), "row"); err != nil {
+		return err
 	}
 	seen := make(map[uuid.UUID]bool, len(in.Rows))
 	var details []Detail
@@ -312,11 +321,8 @@ func (h *Handler) deleteRows(c echo.Context) error {
 	if err := decode(c, &in); err != nil {
 		return err
 	}
-	if len(in.IDs) == 0 {
-		return appdor.Errorf(appdor.EValidation, "send at least one id")
-	}
-	if len(in.IDs) > MaxBatch {
-		return tooLarge(len(in.IDs))
+	if err := batchSize(len(in.IDs), "id"); err != nil {
+		return err
 	}
 	ctx, realm := c.Request().Context(), realmOf(c)
 	var deleted []string

@@ -103,42 +103,37 @@ func checkCSRF(c echo.Context, sessionSecret string) error {
 // A missing or dead credential is 401; a session's unsafe request without its
 // CSRF token is 403 csrf_failed; a realm the person is not a member of is 404.
 func (s *Service) Authenticate() echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			token, session, ok := credentials(c)
-			if !ok {
-				c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="appdor"`)
-				return errUnauthorized
-			}
-			ctx := c.Request().Context()
-			if token != "" || session == "" {
-				p, err := s.LookupToken(ctx, token)
-				if err != nil {
-					return challenge(c, err)
-				}
-				WithPrincipal(c, p)
-				return next(c)
-			}
-			if err := checkCSRF(c, session); err != nil {
-				return err
-			}
-			p, err := s.LookupSession(ctx, session, c.Request().Header.Get(RealmHeader))
-			if err != nil {
-				if appdor.ErrorCode(err) == appdor.EUnauthorized {
-					ClearSessionCookies(c)
-				}
-				return err
-			}
-			WithPrincipal(c, p)
-			return next(c)
+	return s.credentialed(WithPrincipal, func(c echo.Context, secret string) error {
+		p, err := s.LookupSession(c.Request().Context(), secret, c.Request().Header.Get(RealmHeader))
+		if err != nil {
+			return err
 		}
-	}
+		WithPrincipal(c, p)
+		return nil
+	})
 }
 
 // Identify is the middleware of the routes about the person rather than a
 // realm (/me): a token or a session, no realm choice. A session's unsafe
 // request needs its CSRF token here too.
 func (s *Service) Identify() echo.MiddlewareFunc {
+	return s.credentialed(func(c echo.Context, p *Principal) {
+		c.Set(personKey, &Person{UserID: p.UserID, Token: p})
+	}, func(c echo.Context, secret string) error {
+		user, err := s.SessionUser(c.Request().Context(), secret)
+		if err != nil {
+			return err
+		}
+		c.Set(personKey, &Person{UserID: user, SessionSecret: secret})
+		return nil
+	})
+}
+
+// credentialed is what Authenticate and Identify share: it finds the
+// request's credential, looks a token up and hands its principal to byToken,
+// or checks a session's CSRF token and hands its secret to bySession. A
+// session that has ended also loses its cookies.
+func (s *Service) credentialed(byToken func(echo.Context, *Principal), bySession func(echo.Context, string) error) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			token, session, ok := credentials(c)
@@ -146,26 +141,23 @@ func (s *Service) Identify() echo.MiddlewareFunc {
 				c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="appdor"`)
 				return errUnauthorized
 			}
-			ctx := c.Request().Context()
 			if token != "" || session == "" {
-				p, err := s.LookupToken(ctx, token)
+				p, err := s.LookupToken(c.Request().Context(), token)
 				if err != nil {
 					return challenge(c, err)
 				}
-				c.Set(personKey, &Person{UserID: p.UserID, Token: p})
+				byToken(c, p)
 				return next(c)
 			}
 			if err := checkCSRF(c, session); err != nil {
 				return err
 			}
-			user, err := s.SessionUser(ctx, session)
-			if err != nil {
+			if err := bySession(c, session); err != nil {
 				if appdor.ErrorCode(err) == appdor.EUnauthorized {
 					ClearSessionCookies(c)
 				}
 				return err
 			}
-			c.Set(personKey, &Person{UserID: user, SessionSecret: session})
 			return next(c)
 		}
 	}
