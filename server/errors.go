@@ -109,6 +109,9 @@ func (a *App) errorHandler(err error, c echo.Context) {
 			slog.String("error", err.Error()))
 		ae = appdor.Errorf(appdor.EInternal, "internal error (request %s)", requestID(c))
 	}
+	if ae.Code == appdor.EUnavailable {
+		a.logUnavailable(c, ae)
+	}
 	status := StatusOf(ae.Code)
 	if ae.Code == "method_not_allowed" {
 		status = http.StatusMethodNotAllowed
@@ -126,4 +129,21 @@ func (a *App) errorHandler(err error, c echo.Context) {
 		return
 	}
 	_ = c.JSON(status, errorBody{Error: p})
+}
+
+// logUnavailable logs a 503 — a pool connection not found within
+// --acquire-timeout, or a statement past --statement-timeout — at most once a
+// second, with the number of such answers since the last line. The pool's
+// own signals are on /metrics (appdor_db_pool_*).
+func (a *App) logUnavailable(c echo.Context, ae *appdor.Error) {
+	n := a.unavailableCount.Add(1)
+	now := time.Now().UnixNano()
+	last := a.unavailableLast.Load()
+	if now-last < int64(time.Second) || !a.unavailableLast.CompareAndSwap(last, now) {
+		return
+	}
+	a.unavailableCount.Add(-n)
+	a.log.Warn("unavailable", slog.String("request_id", requestID(c)), slog.String("route", c.Path()),
+		slog.String("reason", ae.Message), slog.Int64("count", n),
+		slog.String("settings", "acquire-timeout, statement-timeout, db-max-conns"))
 }

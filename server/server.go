@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,6 +100,11 @@ type App struct {
 
 	fair        *fairness.Controller
 	httpMetrics *httpMetrics
+
+	// unavailable rate-limits the log line of 503s (pool acquire or
+	// statement timeouts): one line a second, with how many it stands for.
+	unavailableLast  atomic.Int64
+	unavailableCount atomic.Int64
 }
 
 // New connects to PostgreSQL and Redis, migrates when asked (or checks that
