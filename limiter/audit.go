@@ -115,6 +115,10 @@ func (a *auditor) handle(it auditItem) {
 		close(it.flushed)
 		return
 	}
+	// One line per refusal episode, as one audit row: the first refusal of
+	// a key after it was last allowed.
+	a.log.Warn("rate_limited: a refusal episode begins", slog.String("realm", it.r.realm.String()),
+		slog.String("token", it.r.token.String()), slog.String("scope", string(it.r.scope)), slog.Int("limit", it.r.limit))
 	if err := a.write(it.r); err != nil {
 		a.failures.WithLabelValues("error").Inc()
 		a.log.Error("limiter: writing the audit row of a refusal episode", slog.String("realm", it.r.realm.String()),
