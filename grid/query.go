@@ -751,7 +751,7 @@ func (h *Handler) listRows(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, pg)
+	return writePage(c, pg)
 }
 
 func parseLimit(s string) (int, error) {

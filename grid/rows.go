@@ -375,5 +375,5 @@ func (h *Handler) getRow(c echo.Context) error {
 	if r == nil {
 		return appdor.Errorf(appdor.ENotFound, "row not found")
 	}
-	return c.JSON(http.StatusOK, r)
+	return writeRow(c, r)
 }

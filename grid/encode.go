@@ -1,0 +1,106 @@
+package grid
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Rows are written by hand rather than by encoding/json: a row's cells are a
+// json.RawMessage, and encoding/json validates and compacts every raw
+// message byte by byte, which was nearly half the server's CPU on a page of
+// 200 rows. Cells come from a jsonb column, so PostgreSQL has already
+// checked them; they are copied as they are, with the HTML-sensitive
+// characters escaped as encoding/json escapes them.
+
+// appendRow appends r as JSON, the same object encoding/json writes for a
+// Row (keys in the same order, times in RFC 3339 with nanoseconds).
+func appendRow(b []byte, r *Row) []byte {
+	b = append(b, `{"id":"`...)
+	b = append(b, r.ID.String()...)
+	b = append(b, `","version":`...)
+	b = strconv.AppendInt(b, r.Version, 10)
+	b = append(b, `,"cells":`...)
+	if len(r.Cells) == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = appendRaw(b, r.Cells)
+	}
+	b = append(b, `,"created_at":`...)
+	b = appendTime(b, r.CreatedAt)
+	b = append(b, `,"updated_at":`...)
+	b = appendTime(b, r.UpdatedAt)
+	return append(b, '}')
+}
+
+// appendRaw appends valid JSON as it is, except that <, >, &, U+2028 and
+// U+2029 are escaped inside strings, as encoding/json does by default.
+func appendRaw(b, raw []byte) []byte {
+	for _, c := range raw {
+		if c == '<' || c == '>' || c == '&' || c == 0xE2 {
+			var buf bytes.Buffer
+			buf.Grow(len(raw) + 16)
+			json.HTMLEscape(&buf, raw)
+			return append(b, buf.Bytes()...)
+		}
+	}
+	return append(b, raw...)
+}
+
+func appendTime(b []byte, t time.Time) []byte {
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
+}
+
+// appendJSON appends the page as JSON: {"rows":[…],"next_cursor":…,"links":{…}}.
+func (p *page) appendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"rows":[`...)
+	for i := range p.Rows {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendRow(b, &p.Rows[i])
+	}
+	b = append(b, `],"next_cursor":`...)
+	rest, err := json.Marshal(p.NextCursor)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, rest...)
+	b = append(b, `,"links":`...)
+	if rest, err = json.Marshal(p.Links); err != nil {
+		return nil, err
+	}
+	b = append(b, rest...)
+	return append(b, "}\n"...), nil
+}
+
+// sizeHint is a guess at the page's encoded size, so its buffer is allocated
+// once.
+func (p *page) sizeHint() int {
+	n := 64
+	for i := range p.Rows {
+		n += len(p.Rows[i].Cells) + 140
+	}
+	return n
+}
+
+// writePage answers with the page.
+func writePage(c echo.Context, p *page) error {
+	b, err := p.appendJSON(make([]byte, 0, p.sizeHint()))
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, b)
+}
+
+// writeRow answers with one row.
+func writeRow(c echo.Context, r *Row) error {
+	b := appendRow(make([]byte, 0, len(r.Cells)+140), r)
+	return c.JSONBlob(http.StatusOK, append(b, '\n'))
+}
