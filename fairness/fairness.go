@@ -17,6 +17,11 @@
 // ActiveWindow (default 2s). A realm alone may use the whole Capacity, and the
 // reserve but its last slot: work-conserving. When two or more are active
 // they share E = max(1, Capacity/2), each max(1, E/N) for N active realms.
+// What the controller learns of a realm (when it was first seen, its recent
+// refusals and time in flight) is kept for Memory (default 5m) after its last
+// request, so a realm that works in bursts is not new each time it returns —
+// unless it went quiet while it was being refused: then it comes back on
+// probation, as below.
 //
 // Realms are told apart by how they behave, not by who they are:
 //
@@ -27,20 +32,22 @@
 //     While realms compete, hot realms together hold at most max(1, E/2)
 //     slots — one on two cores — so sixteen storming realms weigh on the
 //     cores no more than one does, and they never take the reserve.
-//   - fresh: seen for less than an ActiveWindow. Fresh realms together hold
-//     at most max(2, Reserve/2) slots while realms compete, so a crowd
-//     arriving at once cannot take the room the realms already at work rely on.
+//   - new: first seen less than FreshFor (default ActiveWindow) ago, while
+//     realms with a history are active. New realms have shown nothing yet,
+//     so together they run at most max(1, E/2) requests at once (one on two
+//     cores), and a new realm's request waits up to the Hold for its turn
+//     before it is refused: an arriving realm gets in within milliseconds,
+//     and sixteen storms arriving at once weigh on the realms already at work
+//     no more than one request does. When every active realm is new (a
+//     restart) nobody has a history and nobody is held back.
 //   - light: neither. A light realm takes its share, then any free slot of
 //     the reserve but the last (its requests overlap when an answer is slow);
 //     an arriving realm with nothing in flight takes a reserve slot at once.
 //
-// Measured on two cores (npm run test:fairness): a victim realm's p99 under a
-// 60-worker storm stayed within 1.6× its baseline while the storm kept about a
-// third of what it gets alone; with the controller off, ×34–42.
-//
 // A refusal is cheap: the middleware answers with a pre-encoded 429 body and
-// Retry-After (RetryAfter, default 1s). A hot realm's refusal is answered
-// after a Hold (default 20ms; no CPU, no database) so a client that ignores
+// Retry-After (RetryAfter, default 1s). A hot or new realm's request waits up
+// to the Hold (default 20ms; no CPU, no database) for a slot before it is
+// refused, so a client that ignores
 // Retry-After slows itself down instead of burning the cores on refusals, and
 // with Retry-After of one or two seconds at random, so the clients that honor
 // it come back spread out rather than in one wave.
@@ -78,6 +85,7 @@ const (
 	ReasonRealmLimit = "realm_limit" // the realm has its whole share in flight
 	ReasonCapacity   = "capacity"    // every slot is taken
 	ReasonCanceled   = "canceled"    // background work gave up waiting
+	ReasonNewRealm   = "new_realm"   // new realms have their slots in flight
 )
 
 // Defaults.
@@ -87,6 +95,7 @@ const (
 	DefaultHold         = 20 * time.Millisecond
 	DefaultHotAfter     = 4
 	DefaultHeavyAt      = 3.0
+	DefaultMemory       = 5 * time.Minute
 )
 
 // Config sizes the controller. The zero value is on, sized automatically.
@@ -118,9 +127,12 @@ type Config struct {
 	// ActiveWindows, from which a realm counts as hot even when it is not
 	// refused; 0 is DefaultHeavyAt.
 	HeavyAt float64
-	// FreshFor is how long a newly seen realm counts as fresh; 0 is
+	// FreshFor is how long a newly seen realm counts as new; 0 is
 	// ActiveWindow, negative turns the probation off.
 	FreshFor time.Duration
+	// Memory is how long a realm's history is kept after its last request;
+	// 0 is DefaultMemory. It is never shorter than two ActiveWindows.
+	Memory time.Duration
 	// Now is the clock; nil is time.Now. Tests set it.
 	Now func() time.Time
 	// Log, when set, gets one line when a realm turns hot (the start of a
@@ -166,16 +178,23 @@ func (cfg Config) Sized() Config {
 	if cfg.HeavyAt <= 0 {
 		cfg.HeavyAt = DefaultHeavyAt
 	}
+	if cfg.Memory <= 0 {
+		cfg.Memory = DefaultMemory
+	}
+	cfg.Memory = max(cfg.Memory, 2*cfg.ActiveWindow)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	return cfg
 }
 
-// realm is one realm's state. It lives while the realm is active.
+// realm is one realm's state. It lives for Memory after the realm's last
+// request.
 type realm struct {
 	name     string
 	inflight int
+	active   bool // counted in Controller.active
+	waiting  int  // work in the queue
 	lastSeen time.Time
 	// Refusals and admissions in the current and the previous window.
 	refusedCur, refusedPrev   int
@@ -188,6 +207,7 @@ type realm struct {
 	busySince         time.Time
 	windowStart       time.Time
 	hot               bool // logged as hot in this episode
+	probationLogged   bool // logged as refused on probation
 	gauge             prometheus.Gauge
 	admitted          map[string]prometheus.Counter
 }
@@ -199,18 +219,25 @@ type Controller struct {
 
 	mu     sync.Mutex
 	realms map[string]*realm
-	active int // realms in realms, all of them active as of the last sweep
-	total  int // slots in flight, all realms
+	active int // realms marked active, as of the last sweep
+	// settled counts the active realms past their first FreshFor, as of the
+	// last sweep: while there are any, new realms are held back.
+	settled int
+	// nextSettle is when the next active new realm stops being new, so the
+	// sweep counts it as settled then (zero: no new realm is active).
+	nextSettle time.Time
+	total      int // slots in flight, all realms
 	// hotInflight counts the slots in flight taken by realms that were hot
 	// when they took them.
 	hotInflight int
-	// newInflight counts the slots in flight taken by realms in their first
-	// ActiveWindow: together they may hold all but one reserve slot, so a
-	// crowd of arriving realms cannot take the room a light realm relies on.
+	// newInflight counts the slots in flight taken by new realms while
+	// settled realms were active: together they hold at most newCap.
 	newInflight int
 	lastSweep   time.Time
-	waiters     int
-	wake        chan struct{} // closed and replaced on release when someone waits
+	// queue holds the work waiting for a slot, oldest first. A release
+	// hands its slot straight to the first waiter that may take it, so a
+	// release wakes one goroutine, not every waiter.
+	queue []*waiter
 
 	holds atomic.Int64 // refusals being held right now
 
@@ -224,7 +251,6 @@ func New(cfg Config, reg prometheus.Registerer) *Controller {
 	c := &Controller{
 		cfg:    cfg,
 		realms: make(map[string]*realm),
-		wake:   make(chan struct{}),
 	}
 	c.m = newMetrics(c, reg)
 	c.lastSweep = cfg.Now()
@@ -259,17 +285,33 @@ func (c *Controller) effective() int {
 	return max(1, c.cfg.Capacity/2)
 }
 
-// sweep forgets realms that have gone quiet, at most four times a window.
-// c.mu is held.
+// sweep, at most four times a window and when a new realm settles, stops
+// counting realms that have gone quiet as active, counts the settled ones
+// again, and forgets realms idle for Memory. c.mu is held.
 func (c *Controller) sweep(now time.Time) {
-	if now.Sub(c.lastSweep) < c.cfg.ActiveWindow/4 {
+	settling := !c.nextSettle.IsZero() && !now.Before(c.nextSettle)
+	if now.Sub(c.lastSweep) < c.cfg.ActiveWindow/4 && !settling {
 		return
 	}
 	c.lastSweep = now
+	c.settled = 0
+	c.nextSettle = time.Time{}
 	for name, r := range c.realms {
-		if r.inflight == 0 && now.Sub(r.lastSeen) >= c.cfg.ActiveWindow {
-			delete(c.realms, name)
+		idle := now.Sub(r.lastSeen)
+		if r.inflight > 0 || r.waiting > 0 || idle < c.cfg.ActiveWindow {
+			if !c.isNew(r, now) {
+				c.settled++
+			} else {
+				c.settleAt(r)
+			}
+			continue
+		}
+		if r.active {
+			r.active = false
 			c.active--
+		}
+		if idle >= c.cfg.Memory {
+			delete(c.realms, name)
 			c.m.forget(name)
 		}
 	}
@@ -282,9 +324,35 @@ func (c *Controller) lookup(name string) *realm {
 		r = &realm{name: name, admitted: make(map[string]prometheus.Counter, 1), created: c.cfg.Now()}
 		r.gauge = c.m.inflight.WithLabelValues(name)
 		c.realms[name] = r
+	}
+	if !r.active {
+		now := c.cfg.Now()
+		if r.refusedCur+r.refusedPrev >= returnWanting && !c.isNew(r, now) {
+			// It went quiet asking for more than it got: it comes back
+			// on probation, like a realm never seen.
+			r.created, r.probationLogged = now, false
+		}
+		r.active = true
 		c.active++
+		if !c.isNew(r, now) {
+			c.settled++
+		} else {
+			c.settleAt(r)
+		}
 	}
 	return r
+}
+
+// returnWanting is how many refusals in a realm's last one to two windows
+// before it went quiet send it back on probation when it returns.
+const returnWanting = 2
+
+// settleAt notes when r, active and new, stops being new. c.mu is held.
+func (c *Controller) settleAt(r *realm) {
+	at := r.created.Add(c.cfg.FreshFor)
+	if c.nextSettle.IsZero() || at.Before(c.nextSettle) {
+		c.nextSettle = at
+	}
 }
 
 // Admit tries to admit one unit of work of class for realm, at once. On
@@ -300,17 +368,23 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 	c.sweep(now)
 	r := c.lookup(realmName)
 	r.lastSeen = now
-	reason := c.check(r, now, class == ClassRequest)
+	reason, held := c.check(r, now, class == ClassRequest)
 	if reason != "" {
 		c.rotate(r, now)
 		r.refusedCur++
 		hot := c.hot(r, now)
-		turned := hot && !r.hot
-		r.hot = hot
-		var inflight, share, total, refusedN int
+		var turned, probation bool
+		if reason == ReasonNewRealm {
+			probation = !r.probationLogged
+			r.probationLogged = true
+		} else {
+			turned = hot && !r.hot
+			r.hot = hot
+		}
+		var inflight, share, total, refusedN, newInflight int
 		var heavy bool
-		if turned {
-			inflight, share, total = r.inflight, c.share(), c.total
+		if turned || probation {
+			inflight, share, total, newInflight = r.inflight, c.share(), c.total, c.newInflight
 			heavy, refusedN = c.heavy(r, now), r.refusedCur+r.refusedPrev
 		}
 		c.mu.Unlock()
@@ -320,8 +394,13 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 				slog.Int("inflight", inflight), slog.Int("share", share), slog.Int("total", total),
 				slog.Bool("heavy", heavy), slog.Int("refused", refusedN))
 		}
+		if probation && c.cfg.Log != nil {
+			c.cfg.Log.Info("fairness: new realm asks for more than new realms may run at once; its requests wait their turn",
+				slog.String("realm", realmName), slog.String("reason", reason),
+				slog.Int("new_inflight", newInflight), slog.Int("total", total))
+		}
 		ref := &Refusal{Reason: reason}
-		if hot {
+		if held || hot {
 			ref.Hold = c.cfg.Hold
 		} else {
 			c.m.refused.WithLabelValues(realmName, class, reason).Inc()
@@ -351,47 +430,81 @@ func (c *Controller) AdmitWithin(ctx context.Context, realmName, class string, d
 	return c.waitForSlot(ctx, realmName, class, timer.C)
 }
 
-// waitForSlot admits work of class in realm as soon as check allows it,
-// trying again each time a slot is released, until ctx ends or timeout
-// fires (nil: never). A request may take the reserve and counts as an
-// admission of its realm; background work may not and does not.
+// waiter is work waiting in the queue for a slot.
+type waiter struct {
+	r       *realm
+	class   string
+	request bool
+	ready   chan func() // gets the release of the slot handed to it
+}
+
+// waitForSlot admits work of class in realm as soon as check allows it, in
+// turn with other waiting work, until ctx ends or timeout fires (nil:
+// never). A request may take the reserve and counts as an admission of its
+// realm; background work may not and does not.
 func (c *Controller) waitForSlot(ctx context.Context, realmName, class string, timeout <-chan time.Time) (func(), bool) {
 	request := class == ClassRequest
-	for {
-		now := c.cfg.Now()
-		c.mu.Lock()
-		c.sweep(now)
-		r := c.lookup(realmName)
-		r.lastSeen = now
-		if c.check(r, now, request) == "" {
-			if request {
-				c.rotate(r, now)
-				r.admittedCur++
-			}
-			t := c.taken(r, now)
-			c.admitLocked(r, class, t)
+	now := c.cfg.Now()
+	c.mu.Lock()
+	c.sweep(now)
+	r := c.lookup(realmName)
+	r.lastSeen = now
+	if reason, _ := c.check(r, now, request); reason == "" {
+		release := c.admitFor(r, class, request, now)
+		c.mu.Unlock()
+		return release, true
+	}
+	w := &waiter{r: r, class: class, request: request, ready: make(chan func(), 1)}
+	c.queue = append(c.queue, w)
+	r.waiting++
+	c.mu.Unlock()
+	if c.onWait != nil && !request {
+		c.onWait()
+	}
+	select {
+	case release := <-w.ready:
+		return release, true
+	case <-timeout:
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	for i, q := range c.queue {
+		if q == w {
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			r.waiting--
 			c.mu.Unlock()
-			return c.releaser(r, t), true
-		}
-		c.waiters++
-		wake := c.wake
-		c.mu.Unlock()
-		if c.onWait != nil && !request {
-			c.onWait()
-		}
-		woken := false
-		select {
-		case <-wake:
-			woken = true
-		case <-timeout:
-		case <-ctx.Done():
-		}
-		c.mu.Lock()
-		c.waiters--
-		c.mu.Unlock()
-		if !woken {
 			return nil, false
 		}
+	}
+	c.mu.Unlock()
+	// A slot was handed over as the wait ended: take it.
+	return <-w.ready, true
+}
+
+// admitFor takes a slot for r and returns its release. c.mu is held.
+func (c *Controller) admitFor(r *realm, class string, request bool, now time.Time) func() {
+	if request {
+		c.rotate(r, now)
+		r.admittedCur++
+	}
+	t := c.taken(r, now)
+	c.admitLocked(r, class, t)
+	return c.releaser(r, t)
+}
+
+// handOff gives the slots a release freed to the waiters that may take
+// them, oldest first. c.mu is held.
+func (c *Controller) handOff(now time.Time) {
+	for i := 0; i < len(c.queue); {
+		w := c.queue[i]
+		if reason, _ := c.check(w.r, now, w.request); reason != "" {
+			i++
+			continue
+		}
+		c.queue = append(c.queue[:i], c.queue[i+1:]...)
+		w.r.waiting--
+		w.r.lastSeen = now
+		w.ready <- c.admitFor(w.r, w.class, w.request, now)
 	}
 }
 
@@ -438,17 +551,21 @@ func (c *Controller) hot(r *realm, now time.Time) bool {
 	return refused >= c.cfg.HotAfter || c.heavy(r, now)
 }
 
-// isNew says whether r arrived less than an ActiveWindow ago: it has no
+// isNew says whether r was first seen less than FreshFor ago: it has no
 // history yet to show whether it is light. c.mu is held.
 func (c *Controller) isNew(r *realm, now time.Time) bool {
 	return now.Sub(r.created) < c.cfg.FreshFor
 }
 
-// freshCap is how many slots realms in their first ActiveWindow may hold
-// together while realms compete: half the reserve, so that a crowd arriving
-// at once leaves the rest to the light realms already at work, while one
-// arriving realm can still overlap a few requests (a page load). c.mu is held.
-func (c *Controller) freshCap() int { return max(2, c.cfg.Reserve/2) }
+// onProbation says whether r is held back as new: it is new and realms with a
+// history are at work beside it. c.mu is held.
+func (c *Controller) onProbation(r *realm, now time.Time) bool {
+	return c.active > 1 && c.settled > 0 && c.isNew(r, now)
+}
+
+// newCap is how many slots new realms on probation may hold together: as
+// many as hot realms, one on two cores. c.mu is held.
+func (c *Controller) newCap() int { return c.hotCap() }
 
 // hotCap is how many slots hot realms may hold together while realms
 // compete: half the shared capacity (one slot on two cores), so that sixteen
@@ -464,35 +581,43 @@ func (c *Controller) hotMay() bool {
 	return c.hotInflight < c.hotCap() && c.total == c.hotInflight
 }
 
-// check says why r may not take a slot now, or "" when it may. c.mu is held.
-func (c *Controller) check(r *realm, now time.Time, mayReserve bool) string {
+// check says why r may not take a slot now, or "" when it may, and whether
+// the refusal is one to hold (a hot or new realm's). c.mu is held.
+func (c *Controller) check(r *realm, now time.Time, mayReserve bool) (reason string, hold bool) {
 	share := c.share()
 	hot := c.hot(r, now)
 	if !hot {
 		r.hot = false // an episode is over
 	}
 	if c.active <= 1 && r.inflight < share {
-		return "" // a realm alone may use the whole capacity
+		return "", false // a realm alone may use the whole capacity
 	}
-	fresh := c.isNew(r, now)
-	if r.inflight < share && c.total < c.effective() && (!hot || c.hotMay()) && (!fresh || c.newInflight < c.freshCap()) {
-		return ""
+	all := c.cfg.Capacity + c.cfg.Reserve
+	if c.onProbation(r, now) {
+		// New realms take turns in their own few slots, within the
+		// capacity and the reserve but its last slot.
+		if c.newInflight < c.newCap() && c.total < all-1 {
+			return "", false
+		}
+		return ReasonNewRealm, true
+	}
+	if r.inflight < share && c.total < c.effective() && (!hot || c.hotMay()) {
+		return "", false
 	}
 	if mayReserve && !hot {
-		all := c.cfg.Capacity + c.cfg.Reserve
-		if r.inflight == 0 && c.total < all && (!fresh || c.newInflight < c.freshCap()) {
-			return "" // an arriving realm
+		if r.inflight == 0 && c.total < all {
+			return "", false // an arriving realm
 		}
-		// Overlap: a light realm past its first window whose requests
-		// overlap (an answer was slow) may take any slot but the last.
-		if (!fresh || c.active <= 1 || c.newInflight < c.freshCap()) && c.total < all-1 {
-			return ""
+		// Overlap: a light realm whose requests overlap (an answer was
+		// slow) may take any slot but the last.
+		if c.total < all-1 {
+			return "", false
 		}
 	}
 	if r.inflight >= share {
-		return ReasonRealmLimit
+		return ReasonRealmLimit, hot
 	}
-	return ReasonCapacity
+	return ReasonCapacity, hot
 }
 
 // admitLocked takes a slot for r. c.mu is held.
@@ -521,7 +646,7 @@ func (c *Controller) admitLocked(r *realm, class string, t taken) {
 type taken struct{ hot, fresh bool }
 
 func (c *Controller) taken(r *realm, now time.Time) taken {
-	return taken{hot: c.hot(r, now), fresh: c.active > 1 && c.isNew(r, now)}
+	return taken{hot: c.hot(r, now), fresh: c.onProbation(r, now)}
 }
 
 func (c *Controller) releaser(r *realm, t taken) func() {
@@ -543,9 +668,8 @@ func (c *Controller) releaser(r *realm, t taken) func() {
 		}
 		r.lastSeen = now
 		r.gauge.Dec()
-		if c.waiters > 0 {
-			close(c.wake)
-			c.wake = make(chan struct{})
+		if len(c.queue) > 0 {
+			c.handOff(now)
 		}
 		c.mu.Unlock()
 	}

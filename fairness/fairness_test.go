@@ -98,6 +98,7 @@ func TestSized(t *testing.T) {
 	cfg = Config{Capacity: 32}.Sized()
 	require.Equal(t, 16, cfg.Reserve)
 	require.Equal(t, DefaultActiveWindow, cfg.FreshFor)
+	require.Equal(t, DefaultMemory, cfg.Memory)
 	require.Equal(t, DefaultActiveWindow, cfg.ActiveWindow)
 	require.Equal(t, DefaultHold, cfg.Hold)
 	require.Equal(t, time.Duration(0), Config{Capacity: 2, Hold: -1}.Sized().Hold)
@@ -390,31 +391,79 @@ func TestHeldSlotsMakeARealmHeavyWithoutRefusals(t *testing.T) {
 	releaseAll(hog)
 }
 
-func TestAFreshCrowdLeavesRoomForTheRealmsAtWork(t *testing.T) {
+func TestANewCrowdLeavesRoomForTheRealmsAtWork(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6; cfg.FreshFor = DefaultActiveWindow })
 	releaseAll(admitN(t, c, "quiet", 1))
 	k.advance(DefaultActiveWindow - time.Millisecond)
 	releaseAll(admitN(t, c, "quiet", 1))
-	k.advance(2 * time.Millisecond) // the quiet realm is established, and still active
+	k.advance(2 * time.Millisecond) // the quiet realm is settled, and still active
 	var crowd []func()
 	for i := range 16 {
 		for range 4 {
-			if rel, ref := c.Admit(fmt.Sprintf("new%02d", i), ClassRequest); ref == nil {
+			rel, ref := c.Admit(fmt.Sprintf("new%02d", i), ClassRequest)
+			if ref == nil {
 				crowd = append(crowd, rel)
+				continue
 			}
+			require.Equal(t, ReasonNewRealm, ref.Reason)
+			require.Positive(t, ref.Hold, "a new realm's request waits for its turn")
 		}
 	}
-	// The crowd holds its share of E and the fresh realms' part of the
-	// reserve, no more.
-	require.LessOrEqual(t, len(crowd), 2+3)
-	q := admitN(t, c, "quiet", 4)
+	// Sixteen arriving realms run one request at a time between them (E =
+	// 2, new realms hold at most half of it); the quiet realm overlaps as
+	// far as it needs.
+	require.Len(t, crowd, 1)
+	q := admitN(t, c, "quiet", 8)
 	releaseAll(q)
-	releaseAll(crowd)
 
-	// An arriving realm alone is not held back by its probation.
-	k.advance(3 * DefaultActiveWindow) // everyone else is swept
-	rels, _ := fill(c, "alone")
-	require.GreaterOrEqual(t, len(rels), 4)
-	releaseAll(rels)
+	// A waiting new realm gets in as soon as the new realms' slot is free.
+	got := make(chan func())
+	go func() {
+		rel, ok := c.AdmitWithin(context.Background(), "new07", ClassRequest, time.Hour)
+		require.True(t, ok)
+		got <- rel
+	}()
+	releaseAll(crowd)
+	(<-got)()
+
+	// Once settled, the crowd is judged by what it does, like anyone.
+	k.advance(DefaultActiveWindow)
+	releaseAll(admitN(t, c, "new03", 2))
+}
+
+func TestEveryRealmNewIsNoProbation(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6; cfg.FreshFor = DefaultActiveWindow })
+	// A restart: every realm is new, nobody has a history to protect.
+	a := admitN(t, c, "a", 3)
+	b := admitN(t, c, "b", 3)
+	releaseAll(a)
+	releaseAll(b)
+}
+
+func TestARealmThatComesBackIsNotNew(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6; cfg.FreshFor = DefaultActiveWindow })
+	releaseAll(admitN(t, c, "sporadic", 1))
+	releaseAll(admitN(t, c, "busy", 1))
+	for range 10 {
+		k.advance(DefaultActiveWindow / 2)
+		releaseAll(admitN(t, c, "busy", 1))
+	}
+	// The sporadic realm was quiet for five windows: no longer active, but
+	// remembered. It comes back and overlaps requests like a settled realm.
+	require.Equal(t, 1, c.Active())
+	back := admitN(t, c, "sporadic", 4)
+	require.Equal(t, 2, c.Active())
+	releaseAll(back)
+
+	// After Memory of silence it is forgotten, and new again.
+	for range int(2 * DefaultMemory / DefaultActiveWindow) {
+		k.advance(DefaultActiveWindow / 2)
+		releaseAll(admitN(t, c, "busy", 1))
+	}
+	again := admitN(t, c, "sporadic", 1)
+	require.Equal(t, ReasonNewRealm, refused(t, c, "sporadic").Reason)
+	releaseAll(again)
 }

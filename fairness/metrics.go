@@ -26,11 +26,11 @@ func newMetrics(c *Controller, reg prometheus.Registerer) *metrics {
 		}, []string{"realm", "class"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appdor_fairness_refused_total",
-			Help: "Work refused by the fairness controller, by realm, class and reason (realm_limit, capacity, canceled).",
+			Help: "Work refused by the fairness controller, by realm, class and reason (realm_limit, capacity, new_realm, canceled).",
 		}, []string{"realm", "class", "reason"}),
 		held: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appdor_fairness_refusal_holds_total",
-			Help: "Refusals of a hot realm answered after the fairness hold.",
+			Help: "Requests of a hot or new realm held for a slot by the fairness controller.",
 		}),
 	}
 	if reg == nil {

@@ -42,6 +42,7 @@ func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFu
 			bodies: map[string][]byte{
 				ReasonRealmLimit: c.refusalBody(ReasonRealmLimit, wait),
 				ReasonCapacity:   c.refusalBody(ReasonCapacity, wait),
+				ReasonNewRealm:   c.refusalBody(ReasonNewRealm, wait),
 			},
 		}
 	}
@@ -69,7 +70,7 @@ func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFu
 			}
 			if ref != nil {
 				a := answers[0]
-				if ref.Hold > 0 {
+				if ref.Hold > 0 && ref.Reason != ReasonNewRealm {
 					a = answers[rand.IntN(2)]
 				}
 				h := ec.Response().Header()
