@@ -40,8 +40,8 @@ func appendRow(b []byte, r *Row) []byte {
 // appendRaw appends valid JSON as it is, except that <, >, &, U+2028 and
 // U+2029 are escaped inside strings, as encoding/json does by default.
 func appendRaw(b, raw []byte) []byte {
-	for _, c := range raw {
-		if c == '<' || c == '>' || c == '&' || c == 0xE2 {
+	for _, c := range []byte{'<', '>', '&', 0xE2} { // 0xE2 begins U+2028 and U+2029
+		if bytes.IndexByte(raw, c) >= 0 {
 			var buf bytes.Buffer
 			buf.Grow(len(raw) + 16)
 			json.HTMLEscape(&buf, raw)
