@@ -47,10 +47,16 @@
 // A refusal is cheap: the middleware answers with a pre-encoded 429 body and
 // Retry-After (RetryAfter, default 1s). A hot or new realm's request waits up
 // to the Hold (default 20ms; no CPU, no database) for a slot before it is
-// refused, so a client that ignores
-// Retry-After slows itself down instead of burning the cores on refusals, and
-// with Retry-After of one or two seconds at random, so the clients that honor
-// it come back spread out rather than in one wave.
+// refused. A hot realm's refusal is then answered after a random delay of up
+// to Spread (default 1s), with Retry-After of one or two seconds at random.
+// The decision is made at once and the delayed answer holds no slot and no
+// connection to the database; what it buys is time spread. Sixty storm
+// workers refused together and told "Retry-After: 1" come back together, a
+// wave of sixty requests landing in the same few milliseconds each second —
+// and those waves, not the storm's admitted work, were what a light realm's
+// p99 felt (its slow requests had eight storm arrivals beside them on
+// average, its others one). A client that ignores Retry-After is slowed by
+// the same delay instead of burning the cores on refusals.
 //
 // Background work ("import", "automation") goes through Acquire, which waits
 // (bounded by its context) for a slot within the realm's share and Capacity —
@@ -93,6 +99,7 @@ const (
 	DefaultActiveWindow = 2 * time.Second
 	DefaultRetryAfter   = time.Second
 	DefaultHold         = 20 * time.Millisecond
+	DefaultSpread       = time.Second
 	DefaultHotAfter     = 4
 	DefaultHeavyAt      = 3.0
 	DefaultMemory       = 5 * time.Minute
@@ -120,6 +127,10 @@ type Config struct {
 	// Hold delays the refusal of a hot realm; 0 is DefaultHold, negative
 	// disables the hold.
 	Hold time.Duration
+	// Spread is how long at most the answer to a hot realm's refusal is
+	// delayed, at random, after its hold; 0 is DefaultSpread, negative
+	// answers at once.
+	Spread time.Duration
 	// HotAfter is how many refusals within one to two ActiveWindows make a
 	// realm hot; 0 is DefaultHotAfter.
 	HotAfter int
@@ -168,6 +179,12 @@ func (cfg Config) Sized() Config {
 	}
 	if cfg.Hold < 0 {
 		cfg.Hold = 0
+	}
+	if cfg.Spread == 0 {
+		cfg.Spread = DefaultSpread
+	}
+	if cfg.Spread < 0 {
+		cfg.Spread = 0
 	}
 	if cfg.HotAfter <= 0 {
 		cfg.HotAfter = DefaultHotAfter

@@ -1,6 +1,7 @@
 package fairness
 
 import (
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
@@ -12,8 +13,9 @@ import (
 	"github.com/appdor/appdor"
 )
 
-// maxHolds bounds the refusals held at once; beyond it a refusal is answered
-// at once (a held refusal costs a goroutine, not CPU, but not nothing).
+// maxHolds bounds the requests held at once, for a slot or for the spread of
+// their refusal; beyond it a refusal is answered at once (a held request
+// costs a goroutine, not CPU, but not nothing).
 const maxHolds = 4096
 
 // Middleware admits each request under the realm key returns, before the
@@ -59,8 +61,13 @@ func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFu
 				// only when none comes.
 				if c.holds.Add(1) <= maxHolds {
 					c.m.held.Inc()
-					if rel, ok := c.AdmitWithin(ec.Request().Context(), name, ClassRequest, ref.Hold); ok {
+					ctx := ec.Request().Context()
+					if rel, ok := c.AdmitWithin(ctx, name, ClassRequest, ref.Hold); ok {
 						release, ref = rel, nil
+					} else if ref.Reason != ReasonNewRealm && c.cfg.Spread > 0 {
+						// Refused: the answer waits a random while, so
+						// the realm's clients do not all come back at once.
+						wait(ctx, rand.N(c.cfg.Spread))
 					}
 				}
 				c.holds.Add(-1)
@@ -90,6 +97,16 @@ func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFu
 			ec.SetRequest(req.WithContext(withHeld(req.Context(), h)))
 			return next(ec)
 		}
+	}
+}
+
+// wait sleeps for d or until ctx ends.
+func wait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -52,6 +52,7 @@ var (
 	sFairReserve    = setting{"fairness-reserve", "APPDOR_FAIRNESS_RESERVE", "0", "extra slots kept for light and arriving realms; 0 is max(6, capacity/2)"}
 	sFairWindow     = setting{"fairness-active-window", "APPDOR_FAIRNESS_ACTIVE_WINDOW", "2s", "how long a realm counts as active (holds a share) after its last request"}
 	sFairHold       = setting{"fairness-hold", "APPDOR_FAIRNESS_HOLD", "20ms", "delay before refusing a realm that keeps asking over its share; 0 answers at once"}
+	sFairSpread     = setting{"fairness-spread", "APPDOR_FAIRNESS_SPREAD", "1s", "a hot realm's refusals are answered after a random delay up to this, so its clients come back spread out, not in waves; 0 answers at once"}
 	sFairRetryAfter = setting{"fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER", "1s", "Retry-After of a concurrency_limited refusal"}
 
 	sLoginConcurrency = setting{"login-concurrency", "APPDOR_LOGIN_CONCURRENCY", "0", "sign-in password checks at once; a sign-in that finds none free within 500ms is refused (429); 0 is half the cores"}
@@ -62,7 +63,7 @@ var connSettings = []setting{sDatabaseURL, sRedisURL}
 
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
-	sFairness, sFairCapacity, sFairReserve, sFairWindow, sFairHold, sFairRetryAfter,
+	sFairness, sFairCapacity, sFairReserve, sFairWindow, sFairHold, sFairSpread, sFairRetryAfter,
 	sLoginConcurrency, sCSVBodyLimit}
 
 // configError names the flag and the variable a bad value came from.
@@ -183,6 +184,14 @@ func fairnessConfig(cmd *cobra.Command) (fairness.Config, error) {
 	fc.Hold = hold
 	if hold == 0 {
 		fc.Hold = -1 // answer at once
+	}
+	spread, err := time.ParseDuration(str(cmd, sFairSpread))
+	if err != nil || spread < 0 || spread > 10*time.Second {
+		return fc, configError(sFairSpread, "%q is not a duration from 0 to 10s", str(cmd, sFairSpread))
+	}
+	fc.Spread = spread
+	if spread == 0 {
+		fc.Spread = -1 // answer at once
 	}
 	return fc, nil
 }
