@@ -37,9 +37,10 @@ func Config(t testing.TB) server.Config {
 		DBMaxConns:  16,
 		BodyLimit:   "10M",
 		Version:     "test",
-		// Parallel tests make dozens of realms at once, which the fairness
-		// controller's probation for arriving crowds would throttle; the
-		// controller's own tests and the storm harness cover that rule.
+		// Parallel tests make dozens of new realms at once beside settled
+		// ones, which the fairness controller's probation would run one
+		// request at a time; the controller's own tests and the storm
+		// harness cover that rule.
 		Fairness: fairness.Config{FreshFor: -1},
 	}
 }
