@@ -40,9 +40,10 @@
 //     and sixteen storms arriving at once weigh on the realms already at work
 //     no more than one request does. When every active realm is new (a
 //     restart) nobody has a history and nobody is held back.
-//   - light: neither. A light realm takes its share, then any free slot of
-//     the reserve but the last (its requests overlap when an answer is slow);
-//     an arriving realm with nothing in flight takes a reserve slot at once.
+//   - light: neither. A light realm takes its share, then borrows up to
+//     half the reserve from any free slot but the last (its requests overlap
+//     when an answer is slow); an arriving realm with nothing in flight takes
+//     a reserve slot at once.
 //
 // A refusal is cheap: the middleware answers with a pre-encoded 429 body and
 // Retry-After (RetryAfter, default 1s). A hot or new realm's request waits up
@@ -580,6 +581,10 @@ func (c *Controller) onProbation(r *realm, now time.Time) bool {
 	return c.active > 1 && c.settled > 0 && c.isNew(r, now)
 }
 
+// borrowMax is how many slots a light realm may hold beyond its share:
+// half the reserve. c.mu is held.
+func (c *Controller) borrowMax() int { return max(1, c.cfg.Reserve/2) }
+
 // newCap is how many slots new realms on probation may hold together: as
 // many as hot realms, one on two cores. c.mu is held.
 func (c *Controller) newCap() int { return c.hotCap() }
@@ -626,8 +631,10 @@ func (c *Controller) check(r *realm, now time.Time, mayReserve bool) (reason str
 			return "", false // an arriving realm
 		}
 		// Overlap: a light realm whose requests overlap (an answer was
-		// slow) may take any slot but the last.
-		if c.total < all-1 {
+		// slow) may borrow up to half the reserve beyond its share, from
+		// any slot but the last: a realm that turns into a storm takes a
+		// few slots before it is refused and turns hot, not the reserve.
+		if c.total < all-1 && (c.active <= 1 || r.inflight < share+c.borrowMax()) {
 			return "", false
 		}
 	}

@@ -333,13 +333,11 @@ func TestSharesAndALightRealmBorrowing(t *testing.T) {
 	require.Equal(t, 3, c.Active())
 	require.Equal(t, 2, c.Share(), "E = 6 split three ways")
 
-	// A light realm past its share borrows any free slot but the last.
+	// A light realm past its share borrows half the reserve, no more.
 	more, ref := fill(c, "a")
-	require.Equal(t, 13, c.Total(), "all but the last slot are taken")
+	require.Len(t, more, 1)
 	require.Equal(t, ReasonRealmLimit, ref.Reason)
 	rels["a"] = append(rels["a"], more...)
-	// The last slot is for an arriving realm.
-	rels["d"] = admitN(t, c, "d", 1)
 	for _, r := range rels {
 		releaseAll(r)
 	}
@@ -371,9 +369,10 @@ func TestHotRealmsTogetherHoldOneShare(t *testing.T) {
 	require.Len(t, storms, 1)
 	require.Equal(t, 1, c.Total())
 
-	// The quiet realm overlaps as far as it needs, request after request.
+	// The quiet realm overlaps, request after request: its share and half
+	// the reserve, beside the one hot slot.
 	q, ref := fill(c, "quiet")
-	require.Equal(t, 9, c.Total(), "all but the last slot")
+	require.Equal(t, 1+1+3, c.Total())
 	require.Zero(t, ref.Hold, "the quiet realm is not hot")
 	releaseAll(q)
 	releaseAll(storms)
@@ -414,7 +413,7 @@ func TestANewCrowdLeavesRoomForTheRealmsAtWork(t *testing.T) {
 	// 2, new realms hold at most half of it); the quiet realm overlaps as
 	// far as it needs.
 	require.Len(t, crowd, 1)
-	q := admitN(t, c, "quiet", 8)
+	q := admitN(t, c, "quiet", 4) // its share and half the reserve
 	releaseAll(q)
 
 	// A waiting new realm gets in as soon as the new realms' slot is free.
