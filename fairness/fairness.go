@@ -17,31 +17,30 @@
 // ActiveWindow (default 2s). A realm alone may use the whole Capacity, and the
 // reserve but its last slot: work-conserving. When two or more are active
 // they share E = max(1, Capacity/2), each max(1, E/N) for N active realms.
-// What the controller learns of a realm (when it was first seen, its recent
-// refusals and time in flight) is kept for Memory (default 5m) after its last
-// request, so a realm that works in bursts is not new each time it returns —
-// unless it went quiet while it was being refused: then it comes back on
-// probation, as below.
+// What the controller learns of a realm (its recent refusals and time in
+// flight, its counters) is kept for Memory (default 5m) after its last
+// request.
 //
 // Realms are told apart by how they behave, not by who they are:
 //
 //   - hot: refused HotAfter (default 4) times within the last one to two
-//     windows, or heavy — holding HeavyAt (default 1) slots or more on average
-//     over that time. A storming realm is hot whether it honors Retry-After
+//     windows and at least once per eight admissions, or heavy — holding
+//     HeavyAt (default 3) slots or more on average over that time. A storming realm is hot whether it honors Retry-After
 //     (its waiting clients keep being refused) or hogs what it gets (heavy).
 //     While realms compete, hot realms together hold at most max(1, E/2)
 //     slots — one on two cores — so sixteen storming realms weigh on the
 //     cores no more than one does, and they never take the reserve.
-//   - new: first seen less than FreshFor (default ActiveWindow) ago, while
-//     realms with a history are active. New realms have shown nothing yet,
-//     so together they run at most max(1, E/2) requests at once (one on two
-//     cores), and a new realm's request waits up to the Hold for its turn
-//     before it is refused: an arriving realm gets in within milliseconds,
-//     and sixteen storms arriving at once weigh on the realms already at work
-//     no more than one request does. When every active realm is new (a
-//     restart) nobody has a history and nobody is held back.
+//   - new: active for less than FreshFor (default ActiveWindow) — it
+//     arrived, or came back after a quiet spell — while settled realms (active
+//     for longer) are at work. A new realm has not shown yet what it will do
+//     now, so new realms together run at most max(1, E/2) requests at once
+//     (one on two cores), and a new realm's request waits up to the Hold for
+//     its turn before it is refused: an arriving realm gets in within
+//     milliseconds when the lane is free, and sixteen storms arriving at once
+//     weigh on the realms already at work no more than one request does.
+//     When every active realm is new (a restart) nobody is held back.
 //   - light: neither. A light realm takes its share, then borrows up to
-//     half the reserve from any free slot but the last (its requests overlap
+//     the reserve but one slot, from any free slot but the last (its requests overlap
 //     when an answer is slow); an arriving realm with nothing in flight takes
 //     a reserve slot at once.
 //
@@ -221,7 +220,7 @@ type realm struct {
 	// (slot-nanoseconds) in the current and the previous window; busySince
 	// is when inflight last changed.
 	busyCur, busyPrev float64
-	created           time.Time
+	activeSince       time.Time // when it last became active
 	busySince         time.Time
 	windowStart       time.Time
 	hot               bool // logged as hot in this episode
@@ -339,17 +338,13 @@ func (c *Controller) sweep(now time.Time) {
 func (c *Controller) lookup(name string) *realm {
 	r := c.realms[name]
 	if r == nil {
-		r = &realm{name: name, admitted: make(map[string]prometheus.Counter, 1), created: c.cfg.Now()}
+		r = &realm{name: name, admitted: make(map[string]prometheus.Counter, 1)}
 		r.gauge = c.m.inflight.WithLabelValues(name)
 		c.realms[name] = r
 	}
 	if !r.active {
 		now := c.cfg.Now()
-		if r.refusedCur+r.refusedPrev >= returnWanting && !c.isNew(r, now) {
-			// It went quiet asking for more than it got: it comes back
-			// on probation, like a realm never seen.
-			r.created, r.probationLogged = now, false
-		}
+		r.activeSince, r.probationLogged = now, false
 		r.active = true
 		c.active++
 		if !c.isNew(r, now) {
@@ -361,13 +356,9 @@ func (c *Controller) lookup(name string) *realm {
 	return r
 }
 
-// returnWanting is how many refusals in a realm's last one to two windows
-// before it went quiet send it back on probation when it returns.
-const returnWanting = 2
-
 // settleAt notes when r, active and new, stops being new. c.mu is held.
 func (c *Controller) settleAt(r *realm) {
-	at := r.created.Add(c.cfg.FreshFor)
+	at := r.activeSince.Add(c.cfg.FreshFor)
 	if c.nextSettle.IsZero() || at.Before(c.nextSettle) {
 		c.nextSettle = at
 	}
@@ -560,19 +551,29 @@ func (c *Controller) heavy(r *realm, now time.Time) bool {
 	return (r.busyCur+r.busyPrev)/span >= c.cfg.HeavyAt
 }
 
-// hot says whether r keeps asking for more than it gets: at least HotAfter
-// refusals in this window and the last, and at least one for every 32
-// admissions. c.mu is held.
+// hot says whether r keeps asking for more than it gets — at least HotAfter
+// refusals in this window and the last, and at least one for every
+// hotRatio admissions (a storm is refused about as often as it is admitted;
+// a busy light realm caught by a moment of slowness is refused a handful of
+// times among hundreds of admissions, and must not be thrown in with the
+// storms for it) — or is heavy. c.mu is held.
 func (c *Controller) hot(r *realm, now time.Time) bool {
 	c.rotate(r, now)
 	refused := r.refusedCur + r.refusedPrev
-	return refused >= c.cfg.HotAfter || c.heavy(r, now)
+	if refused >= c.cfg.HotAfter && refused*hotRatio >= r.admittedCur+r.admittedPrev {
+		return true
+	}
+	return c.heavy(r, now)
 }
+
+// hotRatio: a realm refused less than once per hotRatio admissions is not
+// hot by its refusals.
+const hotRatio = 8
 
 // isNew says whether r was first seen less than FreshFor ago: it has no
 // history yet to show whether it is light. c.mu is held.
 func (c *Controller) isNew(r *realm, now time.Time) bool {
-	return now.Sub(r.created) < c.cfg.FreshFor
+	return now.Sub(r.activeSince) < c.cfg.FreshFor
 }
 
 // onProbation says whether r is held back as new: it is new and realms with a
@@ -581,9 +582,9 @@ func (c *Controller) onProbation(r *realm, now time.Time) bool {
 	return c.active > 1 && c.settled > 0 && c.isNew(r, now)
 }
 
-// borrowMax is how many slots a light realm may hold beyond its share:
-// half the reserve. c.mu is held.
-func (c *Controller) borrowMax() int { return max(1, c.cfg.Reserve/2) }
+// borrowMax is how many slots a light realm may hold beyond its share: all
+// of the reserve but one. c.mu is held.
+func (c *Controller) borrowMax() int { return max(1, c.cfg.Reserve-1) }
 
 // newCap is how many slots new realms on probation may hold together: as
 // many as hot realms, one on two cores. c.mu is held.
@@ -631,9 +632,9 @@ func (c *Controller) check(r *realm, now time.Time, mayReserve bool) (reason str
 			return "", false // an arriving realm
 		}
 		// Overlap: a light realm whose requests overlap (an answer was
-		// slow) may borrow up to half the reserve beyond its share, from
-		// any slot but the last: a realm that turns into a storm takes a
-		// few slots before it is refused and turns hot, not the reserve.
+		// slow) may borrow the reserve but one slot beyond its share,
+		// from any slot but the last: a realm that turns into a storm
+		// leaves room for the others before it is refused and turns hot.
 		if c.total < all-1 && (c.active <= 1 || r.inflight < share+c.borrowMax()) {
 			return "", false
 		}

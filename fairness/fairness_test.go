@@ -150,6 +150,26 @@ func TestAnUnluckyRealmIsNotHot(t *testing.T) {
 	releaseAll(a)
 }
 
+func TestABusyRealmRefusedNowAndThenIsNotHot(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6 })
+	for range 100 {
+		releaseAll(admitN(t, c, "busy", 1))
+	}
+	// A moment of slowness: its requests pile up and a few are refused.
+	var room []func()
+	for i := 0; c.Total() < 9; i++ {
+		more, _ := fill(c, fmt.Sprintf("other%d", i))
+		room = append(room, more...)
+	}
+	piled := admitN(t, c, "busy", 1) // the last slot
+	for range 2 * DefaultHotAfter {
+		require.Zero(t, refused(t, c, "busy").Hold, "refused 8 times in 108 requests: not hot")
+	}
+	releaseAll(room)
+	releaseAll(piled)
+}
+
 func TestHammeringRealmIsHeld(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Hold = 7 * time.Millisecond })
@@ -333,7 +353,7 @@ func TestSharesAndALightRealmBorrowing(t *testing.T) {
 	require.Equal(t, 3, c.Active())
 	require.Equal(t, 2, c.Share(), "E = 6 split three ways")
 
-	// A light realm past its share borrows half the reserve, no more.
+	// A light realm past its share borrows the reserve but one, no more.
 	more, ref := fill(c, "a")
 	require.Len(t, more, 1)
 	require.Equal(t, ReasonRealmLimit, ref.Reason)
@@ -369,10 +389,10 @@ func TestHotRealmsTogetherHoldOneShare(t *testing.T) {
 	require.Len(t, storms, 1)
 	require.Equal(t, 1, c.Total())
 
-	// The quiet realm overlaps, request after request: its share and half
-	// the reserve, beside the one hot slot.
+	// The quiet realm overlaps, request after request: its share and the
+	// reserve but one, beside the one hot slot.
 	q, ref := fill(c, "quiet")
-	require.Equal(t, 1+1+3, c.Total())
+	require.Equal(t, 1+1+5, c.Total())
 	require.Zero(t, ref.Hold, "the quiet realm is not hot")
 	releaseAll(q)
 	releaseAll(storms)
@@ -413,7 +433,7 @@ func TestANewCrowdLeavesRoomForTheRealmsAtWork(t *testing.T) {
 	// 2, new realms hold at most half of it); the quiet realm overlaps as
 	// far as it needs.
 	require.Len(t, crowd, 1)
-	q := admitN(t, c, "quiet", 4) // its share and half the reserve
+	q := admitN(t, c, "quiet", 6) // its share and the reserve but one
 	releaseAll(q)
 
 	// A waiting new realm gets in as soon as the new realms' slot is free.
@@ -441,28 +461,41 @@ func TestEveryRealmNewIsNoProbation(t *testing.T) {
 	releaseAll(b)
 }
 
-func TestARealmThatComesBackIsNotNew(t *testing.T) {
+func TestARealmThatComesBackIsOnProbation(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6; cfg.FreshFor = DefaultActiveWindow })
 	releaseAll(admitN(t, c, "sporadic", 1))
 	releaseAll(admitN(t, c, "busy", 1))
-	for range 10 {
+	for range 6 {
 		k.advance(DefaultActiveWindow / 2)
 		releaseAll(admitN(t, c, "busy", 1))
 	}
-	// The sporadic realm was quiet for five windows: no longer active, but
-	// remembered. It comes back and overlaps requests like a settled realm.
+	// The sporadic realm was quiet for three windows: no longer active, but
+	// remembered.
 	require.Equal(t, 1, c.Active())
-	back := admitN(t, c, "sporadic", 4)
-	require.Equal(t, 2, c.Active())
+	busy := admitN(t, c, "busy", 1)
+	// It comes back on probation: one request at a time while new, the
+	// next one waiting for its turn...
+	back := admitN(t, c, "sporadic", 1)
+	ref := refused(t, c, "sporadic")
+	require.Equal(t, ReasonNewRealm, ref.Reason)
+	require.Positive(t, ref.Hold)
 	releaseAll(back)
+	// ...and settled after a window at work, it overlaps like any light
+	// realm.
+	k.advance(DefaultActiveWindow / 2)
+	releaseAll(admitN(t, c, "sporadic", 1))
+	k.advance(DefaultActiveWindow / 2)
+	releaseAll(admitN(t, c, "sporadic", 3))
+	releaseAll(busy)
 
-	// After Memory of silence it is forgotten, and new again.
+	// After Memory of silence it is forgotten.
 	for range int(2 * DefaultMemory / DefaultActiveWindow) {
 		k.advance(DefaultActiveWindow / 2)
 		releaseAll(admitN(t, c, "busy", 1))
 	}
-	again := admitN(t, c, "sporadic", 1)
-	require.Equal(t, ReasonNewRealm, refused(t, c, "sporadic").Reason)
-	releaseAll(again)
+	c.mu.Lock()
+	_, remembered := c.realms["sporadic"]
+	c.mu.Unlock()
+	require.False(t, remembered)
 }
