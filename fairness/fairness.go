@@ -47,8 +47,9 @@
 // A refusal is cheap: the middleware answers with a pre-encoded 429 body and
 // Retry-After (RetryAfter, default 1s). A hot or new realm's request waits up
 // to the Hold (default 20ms; no CPU, no database) for a slot before it is
-// refused. A hot realm's refusal is then answered after a random delay of up
-// to Spread (default 1s), with Retry-After of one or two seconds at random.
+// refused. A hot or new realm's refusal is then answered after a random delay
+// of up to Spread (default 1s), with Retry-After of one or two seconds at
+// random.
 // The decision is made at once and the delayed answer holds no slot and no
 // connection to the database; what it buys is time spread. Sixty storm
 // workers refused together and told "Retry-After: 1" come back together, a

@@ -64,7 +64,7 @@ func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFu
 					ctx := ec.Request().Context()
 					if rel, ok := c.AdmitWithin(ctx, name, ClassRequest, ref.Hold); ok {
 						release, ref = rel, nil
-					} else if ref.Reason != ReasonNewRealm && c.cfg.Spread > 0 {
+					} else if c.cfg.Spread > 0 {
 						// Refused: the answer waits a random while, so
 						// the realm's clients do not all come back at once.
 						wait(ctx, rand.N(c.cfg.Spread))
@@ -77,7 +77,7 @@ func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFu
 			}
 			if ref != nil {
 				a := answers[0]
-				if ref.Hold > 0 && ref.Reason != ReasonNewRealm {
+				if ref.Hold > 0 {
 					a = answers[rand.IntN(2)]
 				}
 				h := ec.Response().Header()

@@ -52,7 +52,7 @@ var (
 	sFairReserve    = setting{"fairness-reserve", "APPDOR_FAIRNESS_RESERVE", "0", "extra slots kept for light and arriving realms; 0 is max(6, capacity/2)"}
 	sFairWindow     = setting{"fairness-active-window", "APPDOR_FAIRNESS_ACTIVE_WINDOW", "2s", "how long a realm counts as active (holds a share) after its last request"}
 	sFairHold       = setting{"fairness-hold", "APPDOR_FAIRNESS_HOLD", "20ms", "delay before refusing a realm that keeps asking over its share; 0 answers at once"}
-	sFairSpread     = setting{"fairness-spread", "APPDOR_FAIRNESS_SPREAD", "1s", "a hot realm's refusals are answered after a random delay up to this, so its clients come back spread out, not in waves; 0 answers at once"}
+	sFairSpread     = setting{"fairness-spread", "APPDOR_FAIRNESS_SPREAD", "1s", "a hot or new realm's refusals are answered after a random delay up to this, so its clients come back spread out, not in waves; 0 answers at once"}
 	sFairRetryAfter = setting{"fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER", "1s", "Retry-After of a concurrency_limited refusal"}
 
 	sLoginConcurrency = setting{"login-concurrency", "APPDOR_LOGIN_CONCURRENCY", "0", "sign-in password checks at once; a sign-in that finds none free within 500ms is refused (429); 0 is half the cores"}
