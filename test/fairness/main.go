@@ -164,6 +164,7 @@ func run(ctx context.Context) (int, error) {
 		st, err := runStorm(ctx, p, srv.base, "storm", victim, storm)
 		if err == nil {
 			perSecond(st.rec, "victim", "storm")
+			printRefusals(srv.base, victim.RealmID)
 		}
 		return 0, err
 	case "noisy":
@@ -172,15 +173,7 @@ func run(ctx context.Context) (int, error) {
 	case "many":
 		m := runMany(ctx, p, srv.base, victim, storms)
 		perSecond(m.rec, "quiet", "storms")
-		if res, err := http.Get(srv.base + "/metrics"); err == nil {
-			b, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			for _, l := range strings.Split(string(b), "\n") {
-				if strings.Contains(l, victim.RealmID) && strings.HasPrefix(l, "appdor_fairness_refused") {
-					fmt.Println(l)
-				}
-			}
-		}
+		printRefusals(srv.base, victim.RealmID)
 		return 0, nil
 	default:
 		return 0, fmt.Errorf("-only %q: expected storm, noisy or many", *only)
@@ -434,5 +427,21 @@ func copyFile(from, to string) {
 	b, err := os.ReadFile(from)
 	if err == nil {
 		_ = os.WriteFile(to, b, 0o644)
+	}
+}
+
+// printRefusals prints the controller's refusal counters for realm, by
+// reason, for -only runs.
+func printRefusals(base, realm string) {
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		return
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, realm) && strings.HasPrefix(l, "appdor_fairness_refused") {
+			fmt.Println(l)
+		}
 	}
 }

@@ -37,7 +37,7 @@ func defaultPlan() plan {
 	return plan{
 		VictimRate:    200,
 		Warmup:        5 * time.Second,
-		Baseline:      6 * time.Second,
+		Baseline:      10 * time.Second,
 		Recovery:      6 * time.Second,
 		StormWorkers:  60,
 		StormRequests: 3000,
@@ -47,7 +47,7 @@ func defaultPlan() plan {
 		Noise:         8 * time.Second,
 		ManyRealms:    16,
 		ManyWorkers:   4,
-		ManyStorm:     10 * time.Second,
+		ManyStorm:     15 * time.Second,
 		QuietRate:     200,
 	}
 }
