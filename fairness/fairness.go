@@ -381,12 +381,7 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 	reason, held := c.check(r, now, class == ClassRequest)
 	if reason != "" {
 		c.rotate(r, now)
-		// A new realm's request that waits its turn counts as refused
-		// only if its turn does not come within the hold (CountRefusal):
-		// taking turns in the new realms' lane is not asking too much.
-		if reason != ReasonNewRealm || c.cfg.Hold <= 0 {
-			r.refusedCur++
-		}
+		r.refusedCur++
 		hot := c.hot(r, now)
 		var turned, probation bool
 		if reason == ReasonNewRealm {
@@ -434,15 +429,6 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 // Admit leaves those to the caller, which may still admit the request.
 func (c *Controller) CountRefusal(realmName, class string, ref *Refusal) {
 	c.m.refused.WithLabelValues(realmName, class, ref.Reason).Inc()
-	if ref.Reason == ReasonNewRealm {
-		now := c.cfg.Now()
-		c.mu.Lock()
-		if r := c.realms[realmName]; r != nil {
-			c.rotate(r, now)
-			r.refusedCur++
-		}
-		c.mu.Unlock()
-	}
 }
 
 // AdmitWithin waits up to d (or until ctx ends) for a slot that Admit

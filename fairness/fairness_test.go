@@ -451,30 +451,6 @@ func TestANewCrowdLeavesRoomForTheRealmsAtWork(t *testing.T) {
 	releaseAll(admitN(t, c, "new03", 2))
 }
 
-func TestANewRealmTakingTurnsIsNotHot(t *testing.T) {
-	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6; cfg.FreshFor = DefaultActiveWindow })
-	releaseAll(admitN(t, c, "quiet", 1))
-	k.advance(DefaultActiveWindow / 2)
-	releaseAll(admitN(t, c, "quiet", 1))
-	k.advance(DefaultActiveWindow / 2)
-	quiet := admitN(t, c, "quiet", 1) // settled, at work
-	// A new realm's page load: one request runs, the others wait their
-	// turn (the middleware holds them) and get it.
-	first := admitN(t, c, "newbie", 1)
-	for range 10 {
-		_, ref := c.Admit("newbie", ClassRequest)
-		require.Equal(t, ReasonNewRealm, ref.Reason)
-	}
-	releaseAll(first)
-	k.advance(DefaultActiveWindow / 2)
-	releaseAll(admitN(t, c, "newbie", 1))
-	k.advance(DefaultActiveWindow / 2)
-	// Settled, it is light: it overlaps beside the quiet realm.
-	releaseAll(admitN(t, c, "newbie", 3))
-	releaseAll(quiet)
-}
-
 func TestEveryRealmNewIsNoProbation(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6; cfg.FreshFor = DefaultActiveWindow })
