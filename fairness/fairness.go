@@ -24,40 +24,39 @@
 // Realms are told apart by how they behave, not by who they are:
 //
 //   - hot: refused HotAfter (default 4) times within the last one to two
-//     windows and at least once per eight admissions, or heavy — holding
-//     HeavyAt (default 3) slots or more on average over that time. A storming realm is hot whether it honors Retry-After
-//     (its waiting clients keep being refused) or hogs what it gets (heavy).
-//     While realms compete, hot realms together hold at most max(1, E/2)
-//     slots — one on two cores — so sixteen storming realms weigh on the
-//     cores no more than one does, and they never take the reserve.
-//   - new: active for less than FreshFor (default ActiveWindow) — it
-//     arrived, or came back after a quiet spell — while settled realms (active
+//     windows and at least once per eight admissions, or heavy: holding
+//     HeavyAt (default 3) slots or more on average over that time. A
+//     storming realm is hot whether it honors Retry-After (its clients keep
+//     being refused) or hogs what it gets (heavy). While realms compete, hot
+//     realms together hold at most max(1, E/2) slots (one on two cores), and
+//     only while no other realm has work in flight: a hot realm's request
+//     waits up to the Hold for such a moment. Sixteen storming realms weigh
+//     on the cores no more than one does, and never take the reserve.
+//   - new: active for less than FreshFor (default ActiveWindow), because it
+//     arrived or came back after a quiet spell, while settled realms (active
 //     for longer) are at work. A new realm has not shown yet what it will do
-//     now, so new realms together run at most max(1, E/2) requests at once
-//     (one on two cores), and a new realm's request waits up to the Hold for
-//     its turn before it is refused: an arriving realm gets in within
-//     milliseconds when the lane is free, and sixteen storms arriving at once
-//     weigh on the realms already at work no more than one request does.
-//     When every active realm is new (a restart) nobody is held back.
-//   - light: neither. A light realm takes its share, then borrows up to
-//     the reserve but one slot, from any free slot but the last (its requests overlap
-//     when an answer is slow); an arriving realm with nothing in flight takes
-//     a reserve slot at once.
+//     now, so new realms together run at most max(1, E/2) requests at once,
+//     and a new realm's request waits up to the Hold for its turn before it
+//     is refused: an arriving realm gets in within milliseconds when the lane
+//     is free, and sixteen storms arriving at once weigh on the realms
+//     already at work no more than one request does. When every active realm
+//     is new (a restart) nobody is held back.
+//   - light: neither. A light realm takes its share, then borrows up to the
+//     reserve but one slot, from any free slot but the last (its requests
+//     overlap when an answer is slow); an arriving realm with nothing in
+//     flight takes a reserve slot at once.
 //
 // A refusal is cheap: the middleware answers with a pre-encoded 429 body and
-// Retry-After (RetryAfter, default 1s). A hot or new realm's request waits up
-// to the Hold (default 20ms; no CPU, no database) for a slot before it is
-// refused. A hot or new realm's refusal is then answered after a random delay
-// of up to Spread (default 1s), with Retry-After of one or two seconds at
-// random.
-// The decision is made at once and the delayed answer holds no slot and no
-// connection to the database; what it buys is time spread. Sixty storm
-// workers refused together and told "Retry-After: 1" come back together, a
-// wave of sixty requests landing in the same few milliseconds each second —
-// and those waves, not the storm's admitted work, were what a light realm's
-// p99 felt (its slow requests had eight storm arrivals beside them on
-// average, its others one). A client that ignores Retry-After is slowed by
-// the same delay instead of burning the cores on refusals.
+// Retry-After (RetryAfter, default 1s). A hot or new realm's refusal is
+// answered after a random delay of up to Spread (default 1s), with
+// Retry-After of one or two seconds at random. The decision is made at once;
+// the delayed answer holds no slot and no database connection. What it buys
+// is spread in time: sixty storm workers refused together and told
+// "Retry-After: 1" come back together, a wave of sixty requests in the same
+// few milliseconds each second, and a light realm's slow requests were the
+// ones that met those waves (8.5 storm arrivals beside each slow request on
+// average, 0.9 beside the others). A client that ignores Retry-After is
+// slowed by the same delay instead of burning the cores on refusals.
 //
 // Background work ("import", "automation") goes through Acquire, which waits
 // (bounded by its context) for a slot within the realm's share and Capacity —
