@@ -335,7 +335,7 @@ func (c *Controller) sweep(now time.Time) {
 }
 
 // lookup returns realm's state, counting it as active from now. c.mu is held.
-func (c *Controller) lookup(name string) *realm {
+func (c *Controller) lookup(name string, now time.Time) *realm {
 	r := c.realms[name]
 	if r == nil {
 		r = &realm{name: name, admitted: make(map[string]prometheus.Counter, 1)}
@@ -343,7 +343,6 @@ func (c *Controller) lookup(name string) *realm {
 		c.realms[name] = r
 	}
 	if !r.active {
-		now := c.cfg.Now()
 		r.activeSince, r.probationLogged = now, false
 		r.active = true
 		c.active++
@@ -375,7 +374,7 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 	now := c.cfg.Now()
 	c.mu.Lock()
 	c.sweep(now)
-	r := c.lookup(realmName)
+	r := c.lookup(realmName, now)
 	r.lastSeen = now
 	reason, held := c.check(r, now, class == ClassRequest)
 	if reason != "" {
@@ -456,7 +455,7 @@ func (c *Controller) waitForSlot(ctx context.Context, realmName, class string, t
 	now := c.cfg.Now()
 	c.mu.Lock()
 	c.sweep(now)
-	r := c.lookup(realmName)
+	r := c.lookup(realmName, now)
 	r.lastSeen = now
 	if reason, _ := c.check(r, now, request); reason == "" {
 		release := c.admitFor(r, class, request, now)
@@ -573,7 +572,7 @@ const hotRatio = 8
 // isNew says whether r was first seen less than FreshFor ago: it has no
 // history yet to show whether it is light. c.mu is held.
 func (c *Controller) isNew(r *realm, now time.Time) bool {
-	return now.Sub(r.activeSince) < c.cfg.FreshFor
+	return c.cfg.FreshFor > 0 && now.Sub(r.activeSince) < c.cfg.FreshFor
 }
 
 // onProbation says whether r is held back as new: it is new and realms with a
