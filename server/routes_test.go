@@ -106,7 +106,8 @@ func TestEveryDataRouteIsGated(t *testing.T) {
 
 	// Another realm is not affected by this one's slots.
 	other := app.NewTenant(t, tenancy.RoleOwner, nil)
-	require.Equal(t, http.StatusOK, app.Do(t, http.MethodGet, "/api/v1/apps", other.Token, nil).Status)
+	res := app.Do(t, http.MethodGet, "/api/v1/apps", other.Token, nil)
+	require.Equal(t, http.StatusOK, res.Status, "%s", res.Body)
 
 	// The diagnosis is on /metrics.
 	metrics := string(app.Do(t, http.MethodGet, "/metrics", "", nil).Body)
