@@ -1,9 +1,11 @@
 # Appdor's build and test entry points. `make test` is the one test command:
 # the Go tests (race detector on the concurrent packages) against the local
-# PostgreSQL and Redis, then the browser grid's unit and browser tests.
-# `make test-fairness` runs the storm harness; it is not part of `make test`
-# yet, because its single-storm bound (victim p99 within 2x) still holds with
-# too little margin on a 2-core machine to gate every change on it.
+# PostgreSQL and Redis, the browser grid's unit and browser tests, then the
+# storm harness gating on wiring: it fails when the fairness controller is off
+# the request path or the harness cannot tell, and reports the latency
+# bounds. `make test-fairness` is the full verdict, every bound gating; on a
+# shared 2-core machine the single-storm bound (victim p99 within 2x) holds by
+# too small a margin to gate every change on it.
 
 APPDOR_TEST_DATABASE_URL ?= postgres://127.0.0.1:5432/postgres?sslmode=disable
 APPDOR_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
@@ -24,12 +26,17 @@ test-go: vet
 	go test -count=1 ./...
 	go test -count=1 -race $(RACE_PACKAGES)
 
-test: test-go test-web
+test: test-go test-web test-wiring
 
 # The storm harness: builds and runs the real binary on a database of its
 # own, and fails when a realm's storm becomes another realm's latency.
 test-fairness:
 	npm run test:fairness
+
+# The storm harness, deciding on wiring only (see -gate in test/fairness).
+.PHONY: test-wiring
+test-wiring:
+	npm run test:fairness -- -gate wiring
 
 # The browser grid: Vitest on its data layer, a check that the committed
 # web/dist matches web/src, then the browser tests (Debian's chromium; the

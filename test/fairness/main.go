@@ -14,7 +14,10 @@
 //
 // It computes its own verdict into test/fairness/results/latest.json (and a
 // timestamped copy), draws each arm's latency over time with the phases
-// marked, and exits non-zero when a gate does not hold.
+// marked, and exits non-zero when a gate does not hold. With -gate wiring
+// (make test) only the gates that do not depend on a quiet machine decide:
+// the controller is on the request path, the control run breaks the bound,
+// the agent is limited; the latency bounds are reported.
 package main
 
 import (
@@ -46,10 +49,15 @@ const (
 var (
 	quick = flag.Bool("quick", false, "a short run to check the harness itself; its verdict proves nothing")
 	only  = flag.String("only", "", "run just this scenario (storm, noisy, many) and print its phases, with no verdict: for tuning")
+	mode  = flag.String("gate", "all", "all: every gate decides the run; wiring: only the gates that show the controller on the request path and the harness able to tell a missing one decide, the latency bounds are reported (make test, on shared CI machines)")
 )
 
 func main() {
 	flag.Parse()
+	if *mode != "all" && *mode != "wiring" {
+		fmt.Fprintf(os.Stderr, "harness: -gate %q: expected all or wiring\n", *mode)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code, err := run(ctx)
 	stop()
@@ -65,17 +73,29 @@ type gate struct {
 	Value float64 `json:"value"`
 	Bound string  `json:"bound"`
 	Held  bool    `json:"held"`
-	// Advisory gates are measured and reported but do not decide the run:
-	// a bound the controller does not yet hold reliably on this machine.
-	Advisory bool `json:"advisory,omitempty"`
+	// Reported gates are measured and shown but do not decide this run
+	// (-gate wiring).
+	Reported bool `json:"reported,omitempty"`
 }
 
-// advisory names the gates that are reported but do not fail the run, and
-// why. Sixteen storming realms beside a quiet one: the quiet realm's p99
-// measured 1.8–3.6× its baseline on two cores, and the crowd's first second
-// can refuse it a few times; until the controller holds this bound with a
-// margin, the scenario is reported, not gated.
-var advisory = map[string]bool{"many: quiet p99 storm/baseline": true, "many: quiet errors": true}
+// wiring names the gates that decide a -gate wiring run: the storm ran and
+// was refused, the agent was limited with well-formed answers, the
+// controller's counters moved, and the control run broke the bound (so the
+// harness can tell a working controller from a missing one). They do not
+// depend on how quiet the machine is. The latency bounds do, and on a shared
+// 2-core machine the single-storm bound is held by a margin of 5–30%, so
+// make test reports them and `npm run test:fairness` (-gate all) decides on
+// them.
+var wiring = map[string]bool{
+	"victim samples in baseline":                true,
+	"victim samples in storm":                   true,
+	"storm reads completed":                     true,
+	"agent refused share":                       true,
+	"agent malformed 429s":                      true,
+	"control (fairness off) breaks the bound":   true,
+	"wired: storm realm admitted counter moved": true,
+	"wired: storm realm refused counter moved":  true,
+}
 
 func ratio(a, b float64) float64 {
 	if b <= 0 {
@@ -204,7 +224,7 @@ func run(ctx context.Context) (int, error) {
 	// The verdict.
 	var gates []gate
 	add := func(name string, value float64, bound string, held bool) {
-		gates = append(gates, gate{Name: name, Value: value, Bound: bound, Held: held, Advisory: advisory[name]})
+		gates = append(gates, gate{Name: name, Value: value, Bound: bound, Held: held, Reported: *mode == "wiring" && !wiring[name]})
 	}
 	stormRatio := ratio(st.storm.P99, st.baseline.P99)
 	recoveryRatio := ratio(st.recovery.P99, st.baseline.P99)
@@ -265,11 +285,12 @@ func run(ctx context.Context) (int, error) {
 
 	held := true
 	for _, g := range gates {
-		held = held && (g.Held || g.Advisory)
+		held = held && (g.Held || g.Reported)
 	}
 	goodput := ratio(float64(st.stormArm.OK), st.stormArm.Elapsed.Seconds())
 	result := map[string]any{
 		"held":       held,
+		"gate_mode":  *mode,
 		"started_at": started.UTC().Format(time.RFC3339),
 		"duration_s": time.Since(started).Seconds(),
 		"cores":      runtime.NumCPU(),
@@ -333,6 +354,9 @@ func run(ctx context.Context) (int, error) {
 	case !held:
 		fmt.Println("FAIL: isolation did not hold")
 		return 1, nil
+	case *mode == "wiring":
+		fmt.Println("PASS: the controller is on the request path and the harness can tell (latency bounds reported above, not gated: -gate wiring)")
+		return 0, nil
 	}
 	fmt.Println("PASS: isolation held")
 	return 0, nil
@@ -345,8 +369,8 @@ func printTable(gates []gate, st *stormOutcome, goodput float64) {
 		if !g.Held {
 			mark = "NO"
 		}
-		if g.Advisory {
-			mark += " (advisory: reported, not gated)"
+		if g.Reported {
+			mark += " (reported: -gate wiring)"
 		}
 		fmt.Printf("%-44s %12.3f  %-26s %s\n", g.Name, g.Value, g.Bound, mark)
 	}
