@@ -204,6 +204,11 @@ func run(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if st.baseline.Errors+st.storm.Errors+st.recovery.Errors > 0 {
+		// Where the victim's errors fell, second by second, and why.
+		perSecond(st.rec, "victim")
+		printRefusals(srv.base, victim.RealmID)
+	}
 	// noisy-agent and many, on the same server.
 	noisy := runNoisy(ctx, p, srv.base, victim, storm, editorsA, storm.Token, agentToken)
 	many := runMany(ctx, p, srv.base, victim, storms)
