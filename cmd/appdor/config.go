@@ -177,23 +177,26 @@ func fairnessConfig(cmd *cobra.Command) (fairness.Config, error) {
 	if fc.RetryAfter, err = duration(cmd, sFairRetryAfter); err != nil {
 		return fc, err
 	}
-	hold, err := time.ParseDuration(str(cmd, sFairHold))
-	if err != nil || hold < 0 || hold > 10*time.Second {
-		return fc, configError(sFairHold, "%q is not a duration from 0 to 10s", str(cmd, sFairHold))
+	if fc.Hold, err = delay(cmd, sFairHold); err != nil {
+		return fc, err
 	}
-	fc.Hold = hold
-	if hold == 0 {
-		fc.Hold = -1 // answer at once
-	}
-	spread, err := time.ParseDuration(str(cmd, sFairSpread))
-	if err != nil || spread < 0 || spread > 10*time.Second {
-		return fc, configError(sFairSpread, "%q is not a duration from 0 to 10s", str(cmd, sFairSpread))
-	}
-	fc.Spread = spread
-	if spread == 0 {
-		fc.Spread = -1 // answer at once
+	if fc.Spread, err = delay(cmd, sFairSpread); err != nil {
+		return fc, err
 	}
 	return fc, nil
+}
+
+// delay reads a wait of 0 to 10s; 0 comes back negative, the controller's
+// "answer at once" (its zero means the default).
+func delay(cmd *cobra.Command, s setting) (time.Duration, error) {
+	d, err := time.ParseDuration(str(cmd, s))
+	if err != nil || d < 0 || d > 10*time.Second {
+		return 0, configError(s, "%q is not a duration from 0 to 10s", str(cmd, s))
+	}
+	if d == 0 {
+		return -1, nil
+	}
+	return d, nil
 }
 
 func logLevel(cmd *cobra.Command) (slog.Level, error) {
