@@ -98,3 +98,13 @@ func TestBadSettingNamesTheVariable(t *testing.T) {
 	err := run(t.Context(), []string{"serve", "--db-max-conns", "lots"}, &out)
 	require.ErrorContains(t, err, "APPDOR_DB_MAX_CONNS")
 }
+
+func TestBadFairnessDelaysNameTheVariable(t *testing.T) {
+	for flag, env := range map[string]string{"--fairness-hold": "APPDOR_FAIRNESS_HOLD", "--fairness-spread": "APPDOR_FAIRNESS_SPREAD"} {
+		for _, v := range []string{"soon", "-1s", "11s"} {
+			var out bytes.Buffer
+			err := run(t.Context(), []string{"serve", flag, v}, &out)
+			require.ErrorContains(t, err, env, "%s %s", flag, v)
+		}
+	}
+}
