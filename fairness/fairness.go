@@ -376,7 +376,7 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 	c.sweep(now)
 	r := c.lookup(realmName, now)
 	r.lastSeen = now
-	reason, held := c.check(r, now, class == ClassRequest)
+	reason, held, t := c.check(r, now, class == ClassRequest)
 	if reason != "" {
 		c.rotate(r, now)
 		r.refusedCur++
@@ -415,12 +415,9 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 		}
 		return nil, ref
 	}
-	c.rotate(r, now)
-	r.admittedCur++
-	t := c.taken(r, now)
-	c.admitLocked(r, class, t)
+	release = c.admitFor(r, class, true, now, t)
 	c.mu.Unlock()
-	return c.releaser(r, t), nil
+	return release, nil
 }
 
 // CountRefusal counts a held refusal that found no slot within its hold:
@@ -457,8 +454,8 @@ func (c *Controller) waitForSlot(ctx context.Context, realmName, class string, t
 	c.sweep(now)
 	r := c.lookup(realmName, now)
 	r.lastSeen = now
-	if reason, _ := c.check(r, now, request); reason == "" {
-		release := c.admitFor(r, class, request, now)
+	if reason, _, t := c.check(r, now, request); reason == "" {
+		release := c.admitFor(r, class, request, now, t)
 		c.mu.Unlock()
 		return release, true
 	}
@@ -490,13 +487,12 @@ func (c *Controller) waitForSlot(ctx context.Context, realmName, class string, t
 }
 
 // admitFor takes a slot for r and returns its release. c.mu is held.
-func (c *Controller) admitFor(r *realm, class string, request bool, now time.Time) func() {
+func (c *Controller) admitFor(r *realm, class string, request bool, now time.Time, t taken) func() {
 	if request {
 		c.rotate(r, now)
 		r.admittedCur++
 	}
-	t := c.taken(r, now)
-	c.admitLocked(r, class, t)
+	c.admitLocked(r, class, t, now)
 	return c.releaser(r, t)
 }
 
@@ -505,14 +501,15 @@ func (c *Controller) admitFor(r *realm, class string, request bool, now time.Tim
 func (c *Controller) handOff(now time.Time) {
 	for i := 0; i < len(c.queue); {
 		w := c.queue[i]
-		if reason, _ := c.check(w.r, now, w.request); reason != "" {
+		reason, _, t := c.check(w.r, now, w.request)
+		if reason != "" {
 			i++
 			continue
 		}
 		c.queue = append(c.queue[:i], c.queue[i+1:]...)
 		w.r.waiting--
 		w.r.lastSeen = now
-		w.ready <- c.admitFor(w.r, w.class, w.request, now)
+		w.ready <- c.admitFor(w.r, w.class, w.request, now, t)
 	}
 }
 
@@ -603,50 +600,52 @@ func (c *Controller) hotMay() bool {
 	return c.hotInflight < c.hotCap() && c.total == c.hotInflight
 }
 
-// check says why r may not take a slot now, or "" when it may, and whether
-// the refusal is one to hold (a hot or new realm's). c.mu is held.
-func (c *Controller) check(r *realm, now time.Time, mayReserve bool) (reason string, hold bool) {
+// check says why r may not take a slot now, or "" when it may; whether the
+// refusal is one to hold (a hot or new realm's); and how a slot taken now
+// counts. c.mu is held.
+func (c *Controller) check(r *realm, now time.Time, mayReserve bool) (reason string, hold bool, t taken) {
 	share := c.share()
 	hot := c.hot(r, now)
 	if !hot {
 		r.hot = false // an episode is over
 	}
+	probation := c.onProbation(r, now)
+	t = taken{hot: hot, fresh: probation}
 	if c.active <= 1 && r.inflight < share {
-		return "", false // a realm alone may use the whole capacity
+		return "", false, t // a realm alone may use the whole capacity
 	}
 	all := c.cfg.Capacity + c.cfg.Reserve
-	if c.onProbation(r, now) {
+	if probation {
 		// New realms take turns in their own few slots, within the
 		// capacity and the reserve but its last slot.
 		if c.newInflight < c.newCap() && c.total < all-1 {
-			return "", false
+			return "", false, t
 		}
-		return ReasonNewRealm, true
+		return ReasonNewRealm, true, t
 	}
 	if r.inflight < share && c.total < c.effective() && (!hot || c.hotMay()) {
-		return "", false
+		return "", false, t
 	}
 	if mayReserve && !hot {
 		if r.inflight == 0 && c.total < all {
-			return "", false // an arriving realm
+			return "", false, t // an arriving realm
 		}
 		// Overlap: a light realm whose requests overlap (an answer was
 		// slow) may borrow the reserve but one slot beyond its share,
 		// from any slot but the last: a realm that turns into a storm
 		// leaves room for the others before it is refused and turns hot.
 		if c.total < all-1 && (c.active <= 1 || r.inflight < share+c.borrowMax()) {
-			return "", false
+			return "", false, t
 		}
 	}
 	if r.inflight >= share {
-		return ReasonRealmLimit, hot
+		return ReasonRealmLimit, hot, t
 	}
-	return ReasonCapacity, hot
+	return ReasonCapacity, hot, t
 }
 
 // admitLocked takes a slot for r. c.mu is held.
-func (c *Controller) admitLocked(r *realm, class string, t taken) {
-	now := c.cfg.Now()
+func (c *Controller) admitLocked(r *realm, class string, t taken, now time.Time) {
 	c.accrue(r, now)
 	r.inflight++
 	c.total++
@@ -668,10 +667,6 @@ func (c *Controller) admitLocked(r *realm, class string, t taken) {
 // taken says how a slot counted when it was taken, so its release undoes the
 // same counts.
 type taken struct{ hot, fresh bool }
-
-func (c *Controller) taken(r *realm, now time.Time) taken {
-	return taken{hot: c.hot(r, now), fresh: c.onProbation(r, now)}
-}
 
 func (c *Controller) releaser(r *realm, t taken) func() {
 	var done atomic.Bool
