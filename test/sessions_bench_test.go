@@ -26,22 +26,8 @@ func BenchmarkAuthenticatedRead(b *testing.B) {
 	// flood from one realm; they are measured elsewhere.
 	app := testenv.NewApp(b, func(cfg *server.Config) { cfg.LimiterOff = true; cfg.Fairness.Off = true })
 	tn := app.NewTenant(b, tenancy.RoleEditor, nil)
-	res := app.Do(b, "POST", "/api/v1/apps", tn.Token, map[string]any{"name": "Bench"})
-	appID, _ := res.Map(b)["id"].(string)
-	res = app.Do(b, "POST", "/api/v1/apps/"+appID+"/tables", tn.Token, map[string]any{
-		"name": "People", "fields": []map[string]any{{"name": "Name", "type": "text"}},
-	})
-	tbl := res.Map(b)
-	tableID, _ := tbl["id"].(string)
-	fieldID, _ := tbl["fields"].([]any)[0].(map[string]any)["id"].(string)
-	rows := make([]map[string]any, 200)
-	for i := range rows {
-		rows[i] = map[string]any{"cells": map[string]any{fieldID: fmt.Sprintf("person %d", i)}}
-	}
-	if res := app.Do(b, "POST", "/api/v1/tables/"+tableID+"/rows", tn.Token, map[string]any{"rows": rows}); res.Status != http.StatusCreated {
-		b.Fatalf("seed: %d %s", res.Status, res.Body)
-	}
-	res = app.Do(b, "POST", "/api/v1/auth/login", "", map[string]any{"email": tn.Email, "password": tn.Password})
+	tableID := seedPeople(b, app, tn, 200)
+	res := app.Do(b, "POST", "/api/v1/auth/login", "", map[string]any{"email": tn.Email, "password": tn.Password})
 	var session string
 	for _, ck := range cookiesOf(res) {
 		if ck.Name == tenancy.SessionCookie {
@@ -95,19 +81,7 @@ func BenchmarkReadDuringLoginFlood(b *testing.B) {
 				cfg.LoginConcurrency = slots
 			})
 			tn := app.NewTenant(b, tenancy.RoleEditor, nil)
-			res := app.Do(b, "POST", "/api/v1/apps", tn.Token, map[string]any{"name": "Bench"})
-			appID, _ := res.Map(b)["id"].(string)
-			res = app.Do(b, "POST", "/api/v1/apps/"+appID+"/tables", tn.Token, map[string]any{
-				"name": "People", "fields": []map[string]any{{"name": "Name", "type": "text"}},
-			})
-			tbl := res.Map(b)
-			tableID, _ := tbl["id"].(string)
-			fieldID, _ := tbl["fields"].([]any)[0].(map[string]any)["id"].(string)
-			rows := make([]map[string]any, 100)
-			for i := range rows {
-				rows[i] = map[string]any{"cells": map[string]any{fieldID: fmt.Sprintf("person %d", i)}}
-			}
-			app.Do(b, "POST", "/api/v1/tables/"+tableID+"/rows", tn.Token, map[string]any{"rows": rows})
+			tableID := seedPeople(b, app, tn, 100)
 
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
@@ -161,4 +135,26 @@ func BenchmarkReadDuringLoginFlood(b *testing.B) {
 			b.ReportMetric(float64(refused.Load())/elapsed.Seconds(), "refused-logins/s")
 		})
 	}
+}
+
+// seedPeople makes an app with a one-field table of n rows in tn's realm and
+// returns the table's id.
+func seedPeople(b *testing.B, app *testenv.App, tn testenv.Tenant, n int) string {
+	b.Helper()
+	res := app.Do(b, "POST", "/api/v1/apps", tn.Token, map[string]any{"name": "Bench"})
+	appID, _ := res.Map(b)["id"].(string)
+	res = app.Do(b, "POST", "/api/v1/apps/"+appID+"/tables", tn.Token, map[string]any{
+		"name": "People", "fields": []map[string]any{{"name": "Name", "type": "text"}},
+	})
+	tbl := res.Map(b)
+	tableID, _ := tbl["id"].(string)
+	fieldID, _ := tbl["fields"].([]any)[0].(map[string]any)["id"].(string)
+	rows := make([]map[string]any, n)
+	for i := range rows {
+		rows[i] = map[string]any{"cells": map[string]any{fieldID: fmt.Sprintf("person %d", i)}}
+	}
+	if res := app.Do(b, "POST", "/api/v1/tables/"+tableID+"/rows", tn.Token, map[string]any{"rows": rows}); res.Status != http.StatusCreated {
+		b.Fatalf("seed: %d %s", res.Status, res.Body)
+	}
+	return tableID
 }
