@@ -138,8 +138,9 @@ type Config struct {
 	// ActiveWindows, from which a realm counts as hot even when it is not
 	// refused; 0 is DefaultHeavyAt.
 	HeavyAt float64
-	// FreshFor is how long a newly seen realm counts as new; 0 is
-	// ActiveWindow, negative turns the probation off.
+	// FreshFor is how long a realm that arrives or comes back after a quiet
+	// spell counts as new (--fairness-new-realm); 0 is ActiveWindow,
+	// negative turns the probation off.
 	FreshFor time.Duration
 	// Memory is how long a realm's history is kept after its last request;
 	// 0 is DefaultMemory. It is never shorter than two ActiveWindows.

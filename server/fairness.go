@@ -26,7 +26,8 @@ func (a *App) setupFairness() {
 	a.log.Info("fairness: per-realm admission controller on",
 		slog.Int("capacity", sized.Capacity), slog.Int("reserve", sized.Reserve),
 		slog.Int("pool", sized.PoolSize), slog.Duration("active_window", sized.ActiveWindow),
-		slog.Duration("hold", sized.Hold), slog.Duration("retry_after", sized.RetryAfter))
+		slog.Duration("hold", sized.Hold), slog.Duration("spread", sized.Spread),
+		slog.Duration("new_realm", max(sized.FreshFor, 0)), slog.Duration("retry_after", sized.RetryAfter))
 }
 
 // admit is the fairness gate of the API group: the last gate, after

@@ -53,6 +53,7 @@ var (
 	sFairWindow     = setting{"fairness-active-window", "APPDOR_FAIRNESS_ACTIVE_WINDOW", "2s", "how long a realm counts as active (holds a share) after its last request"}
 	sFairHold       = setting{"fairness-hold", "APPDOR_FAIRNESS_HOLD", "20ms", "delay before refusing a realm that keeps asking over its share; 0 answers at once"}
 	sFairSpread     = setting{"fairness-spread", "APPDOR_FAIRNESS_SPREAD", "1s", "a hot or new realm's refusals are answered after a random delay up to this, so its clients come back spread out, not in waves; 0 answers at once"}
+	sFairNewRealm   = setting{"fairness-new-realm", "APPDOR_FAIRNESS_NEW_REALM", "2s", "how long a realm that arrives or comes back after a quiet spell runs in the new realms' lane while settled realms are at work (refusals: new_realm); 0 turns that off"}
 	sFairRetryAfter = setting{"fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER", "1s", "Retry-After of a concurrency_limited refusal"}
 
 	sLoginConcurrency = setting{"login-concurrency", "APPDOR_LOGIN_CONCURRENCY", "0", "sign-in password checks at once; a sign-in that finds none free within 500ms is refused (429); 0 is half the cores"}
@@ -63,7 +64,7 @@ var connSettings = []setting{sDatabaseURL, sRedisURL}
 
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
-	sFairness, sFairCapacity, sFairReserve, sFairWindow, sFairHold, sFairSpread, sFairRetryAfter,
+	sFairness, sFairCapacity, sFairReserve, sFairWindow, sFairHold, sFairSpread, sFairNewRealm, sFairRetryAfter,
 	sLoginConcurrency, sCSVBodyLimit}
 
 // configError names the flag and the variable a bad value came from.
@@ -181,6 +182,9 @@ func fairnessConfig(cmd *cobra.Command) (fairness.Config, error) {
 		return fc, err
 	}
 	if fc.Spread, err = delay(cmd, sFairSpread); err != nil {
+		return fc, err
+	}
+	if fc.FreshFor, err = delay(cmd, sFairNewRealm); err != nil {
 		return fc, err
 	}
 	return fc, nil

@@ -99,8 +99,8 @@ func TestBadSettingNamesTheVariable(t *testing.T) {
 	require.ErrorContains(t, err, "APPDOR_DB_MAX_CONNS")
 }
 
-func TestBadFairnessDelaysNameTheVariable(t *testing.T) {
-	for flag, env := range map[string]string{"--fairness-hold": "APPDOR_FAIRNESS_HOLD", "--fairness-spread": "APPDOR_FAIRNESS_SPREAD"} {
+func TestBadFairnessDurationsNameTheVariable(t *testing.T) {
+	for flag, env := range map[string]string{"--fairness-hold": "APPDOR_FAIRNESS_HOLD", "--fairness-spread": "APPDOR_FAIRNESS_SPREAD", "--fairness-new-realm": "APPDOR_FAIRNESS_NEW_REALM"} {
 		for _, v := range []string{"soon", "-1s", "11s"} {
 			var out bytes.Buffer
 			err := run(t.Context(), []string{"serve", flag, v}, &out)
