@@ -47,9 +47,10 @@ const (
 )
 
 var (
-	quick = flag.Bool("quick", false, "a short run to check the harness itself; its verdict proves nothing")
-	only  = flag.String("only", "", "run just this scenario (storm, noisy, many) and print its phases, with no verdict: for tuning")
-	mode  = flag.String("gate", "all", "all: every gate decides the run; wiring: only the gates that show the controller on the request path and the harness able to tell a missing one decide, the latency bounds are reported (make test, on shared CI machines)")
+	quick   = flag.Bool("quick", false, "a short run to check the harness itself; its verdict proves nothing")
+	only    = flag.String("only", "", "run just this scenario (storm, noisy, many) and print its phases, with no verdict: for tuning")
+	workers = flag.Int("storm-workers", 0, "with -only: the storm realm's concurrent workers instead of 60 (with APPDOR_FAIRNESS=off and 1 or 2 workers, what a controller admitting that many storm reads at a time could at best give the victim)")
+	mode    = flag.String("gate", "all", "all: every gate decides the run; wiring: only the gates that show the controller on the request path and the harness able to tell a missing one decide, the latency bounds are reported (make test, on shared CI machines)")
 )
 
 func main() {
@@ -129,6 +130,12 @@ func run(ctx context.Context) (int, error) {
 	p := defaultPlan()
 	if *quick {
 		p = quickPlan()
+	}
+	if *workers != 0 {
+		if *only == "" || *workers < 0 {
+			return 0, fmt.Errorf("-storm-workers: a positive count, and only with -only (a verdict runs the issue's 60)")
+		}
+		p.StormWorkers = *workers
 	}
 
 	fmt.Println("harness: building appdor")
