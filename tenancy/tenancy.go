@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/appdor/appdor"
 	"github.com/appdor/appdor/rls"
@@ -96,6 +97,8 @@ type Service struct {
 	pool *pgxpool.Pool
 	// cache holds token lookups while StartTokenCache runs; nil otherwise.
 	cache atomic.Pointer[tokenCache]
+	// lookups joins concurrent lookups of the same token.
+	lookups singleflight.Group
 }
 
 // New returns a Service on pool.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -22,19 +23,44 @@ func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, e
 	}
 	hash := sha256.Sum256([]byte(secret))
 	c := s.tokenCache()
-	var gen uint64
 	if c != nil {
 		if p, ok := c.get(hash); ok {
 			return p, nil
 		}
-		gen = c.gen.Load()
 	}
-	p, err := s.lookupToken(ctx, hash[:])
-	if err == nil && c != nil {
-		c.put(hash, p, gen)
+	// Concurrent requests with the same token that miss the cache share one
+	// query: sixty clients of one token arriving together after its cached
+	// answer expired would otherwise send sixty lookups to PostgreSQL, ahead
+	// of the fairness controller, and take the pool from everyone else.
+	ch := s.lookups.DoChan(string(hash[:]), func() (any, error) {
+		var gen uint64
+		if c != nil {
+			gen = c.gen.Load()
+		}
+		// The query is shared: it must not end because the request that
+		// happened to start it went away.
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+		defer cancel()
+		p, err := s.lookupToken(qctx, hash[:])
+		if err == nil && c != nil {
+			c.put(hash, p, gen)
+		}
+		return p, err
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		p := *res.Val.(*Principal) // a copy: the caller's principal is its own
+		return &p, nil
+	case <-ctx.Done():
+		return nil, rls.Interpret(ctx.Err())
 	}
-	return p, err
 }
+
+// lookupTimeout bounds a token lookup shared by concurrent requests.
+const lookupTimeout = 5 * time.Second
 
 func (s *Service) lookupToken(ctx context.Context, hash []byte) (*Principal, error) {
 	p := &Principal{}
