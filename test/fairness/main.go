@@ -133,7 +133,7 @@ func run(ctx context.Context) (int, error) {
 	}
 	if *workers != 0 {
 		if *only == "" || *workers < 0 {
-			return 0, fmt.Errorf("-storm-workers: a positive count, and only with -only (a verdict runs the issue's 60)")
+			return 0, fmt.Errorf("-storm-workers: a positive count, and only with -only (a verdict always runs 60)")
 		}
 		p.StormWorkers = *workers
 	}
