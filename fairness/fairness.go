@@ -31,9 +31,7 @@
 //     realms together hold at most max(1, E/2) slots (one on two cores), and
 //     only while no other realm has work in flight: a hot realm's request
 //     waits up to the Hold for such a moment. Sixteen storming realms weigh
-//     on the cores no more than one does, and never take the reserve. The
-//     lane protects light realms; when none has asked for a slot within
-//     ActiveWindow, hot realms take their shares of E like any others.
+//     on the cores no more than one does, and never take the reserve.
 //   - new: active for less than FreshFor (default ActiveWindow), because it
 //     arrived or came back after a quiet spell, while settled realms (active
 //     for longer) are at work. A new realm has not shown yet what it will do
@@ -247,10 +245,6 @@ type Controller struct {
 	// sweep counts it as settled then (zero: no new realm is active).
 	nextSettle time.Time
 	total      int // slots in flight, all realms
-	// lightSeen is when a realm that is not hot last asked for a slot.
-	// The hot realms' lane protects realms like that; with none of them
-	// active, hot realms share the capacity like any others.
-	lightSeen time.Time
 	// hotInflight counts the slots in flight taken by realms that were hot
 	// when they took them.
 	hotInflight int
@@ -602,15 +596,8 @@ func (c *Controller) hotCap() int { return max(1, c.effective()/2) }
 // within hotCap, and only while no light realm has work in flight, so that
 // light work never shares the cores with more than the one statement it found
 // running. A hot realm's request waits up to the Hold for such a moment
-// (AdmitWithin) rather than being refused at once. When no realm but hot ones
-// asked for a slot within ActiveWindow there is no light work to protect, and
-// hot realms take their shares like any others (two busy realms that both
-// turned hot at a cold start must not be held to one request at a time
-// between them). c.mu is held.
-func (c *Controller) hotMay(now time.Time) bool {
-	if now.Sub(c.lightSeen) >= c.cfg.ActiveWindow {
-		return true // every realm at work is hot: none to protect
-	}
+// (AdmitWithin) rather than being refused at once. c.mu is held.
+func (c *Controller) hotMay() bool {
 	return c.hotInflight < c.hotCap() && c.total == c.hotInflight
 }
 
@@ -622,7 +609,6 @@ func (c *Controller) check(r *realm, now time.Time, mayReserve bool) (reason str
 	hot := c.hot(r, now)
 	if !hot {
 		r.hot = false // an episode is over
-		c.lightSeen = now
 	}
 	probation := c.onProbation(r, now)
 	t = taken{hot: hot, fresh: probation}
@@ -638,7 +624,7 @@ func (c *Controller) check(r *realm, now time.Time, mayReserve bool) (reason str
 		}
 		return ReasonNewRealm, true, t
 	}
-	if r.inflight < share && c.total < c.effective() && (!hot || c.hotMay(now)) {
+	if r.inflight < share && c.total < c.effective() && (!hot || c.hotMay()) {
 		return "", false, t
 	}
 	if mayReserve && !hot {

@@ -398,38 +398,6 @@ func TestHotRealmsTogetherHoldOneShare(t *testing.T) {
 	releaseAll(storms)
 }
 
-func TestHotRealmsAloneShareTheCapacity(t *testing.T) {
-	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6 })
-	filler, _ := fill(c, "filler") // all but the last slot
-	filler = append(filler, admitN(t, c, "last", 1)...)
-	heat(t, c, "a")
-	heat(t, c, "b")
-	releaseAll(filler)
-	// A light realm is at work: the hot ones share the hot lane's one slot.
-	a := admitN(t, c, "a", 1)
-	require.Positive(t, refused(t, c, "b").Hold)
-	releaseAll(a)
-
-	// The light realms go quiet; a and b keep asking and stay hot. With
-	// nobody to protect they take their shares (E = 2: one each) like any
-	// two realms, not one slot between them.
-	k.advance(DefaultActiveWindow)
-	both := append(admitN(t, c, "a", 1), admitN(t, c, "b", 1)...)
-	require.Equal(t, 2, c.Active())
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
-
-	// A light realm arrives: it takes a slot at once, and the hot realms
-	// are back in their lane.
-	quiet := admitN(t, c, "quiet", 1)
-	releaseAll(both)
-	a = admitN(t, c, "a", 0)
-	ref := refused(t, c, "b")
-	require.Positive(t, ref.Hold)
-	releaseAll(quiet)
-	releaseAll(a)
-}
-
 func TestHeldSlotsMakeARealmHeavyWithoutRefusals(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6 })
