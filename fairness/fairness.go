@@ -317,11 +317,7 @@ func (c *Controller) sweep(now time.Time) {
 	for name, r := range c.realms {
 		idle := now.Sub(r.lastSeen)
 		if r.inflight > 0 || r.waiting > 0 || idle < c.cfg.ActiveWindow {
-			if !c.isNew(r, now) {
-				c.settled++
-			} else {
-				c.settleAt(r)
-			}
+			c.tally(r, now)
 			continue
 		}
 		if r.active {
@@ -347,17 +343,18 @@ func (c *Controller) lookup(name string, now time.Time) *realm {
 		r.activeSince, r.probationLogged = now, false
 		r.active = true
 		c.active++
-		if !c.isNew(r, now) {
-			c.settled++
-		} else {
-			c.settleAt(r)
-		}
+		c.tally(r, now)
 	}
 	return r
 }
 
-// settleAt notes when r, active and new, stops being new. c.mu is held.
-func (c *Controller) settleAt(r *realm) {
+// tally counts r, active, as settled, or notes when it will stop being new.
+// c.mu is held.
+func (c *Controller) tally(r *realm, now time.Time) {
+	if !c.isNew(r, now) {
+		c.settled++
+		return
+	}
 	at := r.activeSince.Add(c.cfg.FreshFor)
 	if c.nextSettle.IsZero() || at.Before(c.nextSettle) {
 		c.nextSettle = at
@@ -374,13 +371,9 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 	}
 	now := c.cfg.Now()
 	c.mu.Lock()
-	c.sweep(now)
-	r := c.lookup(realmName, now)
-	r.lastSeen = now
-	reason, held, t := c.check(r, now, class == ClassRequest)
+	r, release, reason, held := c.try(realmName, class, now)
 	if reason != "" {
-		c.rotate(r, now)
-		r.refusedCur++
+		r.refusedCur++ // check has rotated r's windows to now
 		hot := c.hot(r, now)
 		var turned, probation bool
 		if reason == ReasonNewRealm {
@@ -416,9 +409,23 @@ func (c *Controller) Admit(realmName, class string) (release func(), refusal *Re
 		}
 		return nil, ref
 	}
-	release = c.admitFor(r, class, true, now, t)
 	c.mu.Unlock()
 	return release, nil
+}
+
+// try takes a slot for realm's work of class if check allows it now, and
+// returns the realm's state with the slot's release, or why it may not and
+// whether that refusal is one to hold. c.mu is held.
+func (c *Controller) try(realmName, class string, now time.Time) (r *realm, release func(), reason string, held bool) {
+	c.sweep(now)
+	r = c.lookup(realmName, now)
+	r.lastSeen = now
+	request := class == ClassRequest
+	reason, held, t := c.check(r, now, request)
+	if reason == "" {
+		release = c.admitFor(r, class, request, now, t)
+	}
+	return r, release, reason, held
 }
 
 // CountRefusal counts a held refusal that found no slot within its hold:
@@ -449,17 +456,14 @@ type waiter struct {
 // never). A request may take the reserve and counts as an admission of its
 // realm; background work may not and does not.
 func (c *Controller) waitForSlot(ctx context.Context, realmName, class string, timeout <-chan time.Time) (func(), bool) {
-	request := class == ClassRequest
 	now := c.cfg.Now()
 	c.mu.Lock()
-	c.sweep(now)
-	r := c.lookup(realmName, now)
-	r.lastSeen = now
-	if reason, _, t := c.check(r, now, request); reason == "" {
-		release := c.admitFor(r, class, request, now, t)
+	r, release, reason, _ := c.try(realmName, class, now)
+	if reason == "" {
 		c.mu.Unlock()
 		return release, true
 	}
+	request := class == ClassRequest
 	w := &waiter{r: r, class: class, request: request, ready: make(chan func(), 1)}
 	c.queue = append(c.queue, w)
 	r.waiting++
@@ -487,10 +491,11 @@ func (c *Controller) waitForSlot(ctx context.Context, realmName, class string, t
 	return <-w.ready, true
 }
 
-// admitFor takes a slot for r and returns its release. c.mu is held.
+// admitFor takes a slot for r, which check has just allowed at now (and
+// whose windows it has rotated to now), and returns its release. c.mu is
+// held.
 func (c *Controller) admitFor(r *realm, class string, request bool, now time.Time, t taken) func() {
 	if request {
-		c.rotate(r, now)
 		r.admittedCur++
 	}
 	c.admitLocked(r, class, t, now)
@@ -603,7 +608,8 @@ func (c *Controller) hotMay() bool {
 
 // check says why r may not take a slot now, or "" when it may; whether the
 // refusal is one to hold (a hot or new realm's); and how a slot taken now
-// counts. c.mu is held.
+// counts. It brings r's counting windows to now (hot rotates them), so the
+// caller may count the admission or refusal at once. c.mu is held.
 func (c *Controller) check(r *realm, now time.Time, mayReserve bool) (reason string, hold bool, t taken) {
 	share := c.share()
 	hot := c.hot(r, now)
