@@ -83,10 +83,11 @@ type gate struct {
 // was refused, the agent was limited with well-formed answers, the
 // controller's counters moved, and the control run broke the bound (so the
 // harness can tell a working controller from a missing one). They do not
-// depend on how quiet the machine is. The latency bounds do, and on a shared
-// 2-core machine the single-storm bound is held by a margin of 5–30%, so
-// make test reports them and `npm run test:fairness` (-gate all) decides on
-// them.
+// depend on how quiet the machine is. The latency bounds do: on a shared
+// 2-core machine the single-storm bound holds in about half the runs (the
+// victim's p99 is 1.5–1.8× its baseline with a storm of one read at a time
+// and no controller at all), so make test reports them and
+// `npm run test:fairness` (-gate all) decides on them.
 var wiring = map[string]bool{
 	"victim samples in baseline":                true,
 	"victim samples in storm":                   true,
