@@ -152,11 +152,17 @@ func errorCode(body []byte) string {
 // from each request's intended send time, so a stalled server cannot hide
 // behind a stalled client.
 func openArm(ctx context.Context, rec *recorder, arm string, rate int, targets ...vegeta.Target) {
+	openArmTargeter(ctx, rec, arm, rate, vegeta.NewStaticTargeter(targets...))
+}
+
+// openArmTargeter is openArm with each request made by tr (vegeta may call
+// it from several goroutines at once).
+func openArmTargeter(ctx context.Context, rec *recorder, arm string, rate int, tr vegeta.Targeter) {
 	atk := vegeta.NewAttacker(vegeta.Timeout(10*time.Second), vegeta.KeepAlive(true), vegeta.Workers(8), vegeta.MaxBody(64<<10))
 	pacer := vegeta.ConstantPacer{Freq: rate, Per: time.Second}
 	interval := time.Second / time.Duration(rate)
 	began := time.Now()
-	results := atk.Attack(vegeta.NewStaticTargeter(targets...), pacer, 0, arm)
+	results := atk.Attack(tr, pacer, 0, arm)
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
 	for r := range results {
@@ -186,19 +192,23 @@ type closedStats struct {
 }
 
 // closedArm runs workers that each send the next request as soon as the last
-// one is answered, until total successful answers (0: until ctx ends). When
-// honor is set a worker waits out a 429's or 503's Retry-After before trying
-// again, as an HTTP client with retries does; otherwise it hammers.
-func closedArm(ctx context.Context, rec *recorder, arm string, workers int, total int64, honor bool, url, token string) closedStats {
+// one is answered, until total successful answers (0: until ctx ends) and at
+// least minDur. When honor is set a worker waits out a 429's or 503's
+// Retry-After before trying again, as an HTTP client with retries does;
+// otherwise it hammers.
+func closedArm(ctx context.Context, rec *recorder, arm string, workers int, total int64, minDur time.Duration, honor bool, url, token string) closedStats {
 	client := clientFor(token)
 	var st closedStats
 	start := time.Now()
+	more := func() bool {
+		return ctx.Err() == nil && (total == 0 || atomic.LoadInt64(&st.OK) < total || time.Since(start) < minDur)
+	}
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil && (total == 0 || atomic.LoadInt64(&st.OK) < total) {
+			for more() {
 				req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
 				req.Header.Set("Authorization", "Bearer "+token)
 				sent := time.Now()

@@ -9,13 +9,15 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
-// plan holds the scenarios' sizes; the defaults fit the 8-minute budget on
-// a 2-core machine.
+// plan holds the scenarios' sizes. Every phase whose victim latency is
+// gated lasts long enough for at least 1,000 victim samples (6 s at 200/s);
+// the defaults keep a full run to about four minutes on a 2-core machine.
 type plan struct {
 	VictimRate    int
 	Warmup        time.Duration
@@ -23,7 +25,10 @@ type plan struct {
 	Recovery      time.Duration
 	StormWorkers  int
 	StormRequests int64
+	StormMin      time.Duration // the storm phase lasts at least this
 	StormTimeout  time.Duration
+	FloorWorkers  int
+	FloorStorm    time.Duration
 	EditorRate    int
 	AgentRate     int
 	Noise         time.Duration
@@ -31,24 +36,39 @@ type plan struct {
 	ManyWorkers   int
 	ManyStorm     time.Duration
 	QuietRate     int
+	ImportRows    int
+	ImportTimeout time.Duration
+	LoneClients   int
+	Lone          time.Duration
+	BogusRate     int
+	Bogus         time.Duration
 }
 
 func defaultPlan() plan {
 	return plan{
 		VictimRate:    200,
 		Warmup:        5 * time.Second,
-		Baseline:      10 * time.Second,
+		Baseline:      6 * time.Second,
 		Recovery:      6 * time.Second,
 		StormWorkers:  60,
 		StormRequests: 3000,
+		StormMin:      6 * time.Second,
 		StormTimeout:  120 * time.Second,
+		FloorWorkers:  1,
+		FloorStorm:    6 * time.Second,
 		EditorRate:    10,
 		AgentRate:     600,
 		Noise:         8 * time.Second,
 		ManyRealms:    16,
 		ManyWorkers:   4,
-		ManyStorm:     15 * time.Second,
+		ManyStorm:     6 * time.Second,
 		QuietRate:     200,
+		ImportRows:    100_000,
+		ImportTimeout: 180 * time.Second,
+		LoneClients:   16,
+		Lone:          5 * time.Second,
+		BogusRate:     500,
+		Bogus:         6 * time.Second,
 	}
 }
 
@@ -56,8 +76,29 @@ func defaultPlan() plan {
 func quickPlan() plan {
 	p := defaultPlan()
 	p.Warmup, p.Baseline, p.Recovery, p.Noise, p.ManyStorm = 2*time.Second, 2*time.Second, 2*time.Second, 3*time.Second, 3*time.Second
-	p.StormRequests, p.ManyRealms = 500, 4
+	p.StormMin, p.FloorStorm, p.Lone, p.Bogus = 2*time.Second, 2*time.Second, 2*time.Second, 2*time.Second
+	p.StormRequests, p.ManyRealms, p.ImportRows, p.ImportTimeout = 500, 4, 10_000, 60*time.Second
 	return p
+}
+
+// stormSpec sizes one run of the storm scenario: the storm phase runs until
+// requests successful reads (0: no count) and at least min, within timeout.
+type stormSpec struct {
+	workers          int
+	requests         int64
+	min, timeout     time.Duration
+	warmup, recovery time.Duration
+}
+
+// storm is the storm and control arms' spec: 60 workers, 3,000 reads.
+func (p plan) storm() stormSpec {
+	return stormSpec{p.StormWorkers, p.StormRequests, p.StormMin, p.StormTimeout, p.Warmup, p.Recovery}
+}
+
+// floor is the floor arm's spec: one read at a time for FloorStorm, on a
+// server the control arm has just warmed, with no recovery phase.
+func (p plan) floor() stormSpec {
+	return stormSpec{p.FloorWorkers, 0, 0, p.FloorStorm, p.Warmup / 2, 0}
 }
 
 func progress(scenario, ph string, rec *recorder, arms ...string) {
@@ -93,10 +134,11 @@ type stormOutcome struct {
 }
 
 // runStorm: a victim realm reads 100 rows at a steady open-model rate through
-// warm-up, baseline, storm and recovery; in the storm phase a storm realm runs
-// StormRequests heavy 200-row reads from StormWorkers concurrent workers that
-// honor Retry-After.
-func runStorm(ctx context.Context, p plan, base, name string, victim, storm *tenant) (*stormOutcome, error) {
+// warm-up, baseline, storm and recovery (none when sp.recovery is 0); in the
+// storm phase a storm realm runs heavy 200-row reads from sp.workers
+// concurrent workers that honor Retry-After, until sp.requests have been
+// answered and sp.min has passed, or sp.timeout.
+func runStorm(ctx context.Context, p plan, sp stormSpec, base, name string, victim, storm *tenant) (*stormOutcome, error) {
 	rec := newRecorder()
 	vctx, vcancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -108,8 +150,8 @@ func runStorm(ctx context.Context, p plan, base, name string, victim, storm *ten
 	out := &stormOutcome{rec: rec}
 
 	rec.begin("warmup")
-	wctx, wcancel := context.WithTimeout(ctx, p.Warmup)
-	closedArm(wctx, rec, "storm", 4, 0, true, rowsURL(base, storm, 200), storm.Token)
+	wctx, wcancel := context.WithTimeout(ctx, sp.warmup)
+	closedArm(wctx, rec, "storm", 4, 0, 0, true, rowsURL(base, storm, 200), storm.Token)
 	wcancel()
 	progress(name, "warmup", rec, "victim", "storm")
 
@@ -124,8 +166,8 @@ func runStorm(ctx context.Context, p plan, base, name string, victim, storm *ten
 		return nil, err
 	}
 	rec.begin("storm")
-	sctx, scancel := context.WithTimeout(ctx, p.StormTimeout)
-	out.stormArm = closedArm(sctx, rec, "storm", p.StormWorkers, p.StormRequests, true, rowsURL(base, storm, 200), storm.Token)
+	sctx, scancel := context.WithTimeout(ctx, sp.timeout)
+	out.stormArm = closedArm(sctx, rec, "storm", sp.workers, sp.requests, sp.min, true, rowsURL(base, storm, 200), storm.Token)
 	scancel()
 	progress(name, "storm", rec, "victim", "storm")
 	if out.after, err = scrape(ctx, base, storm.RealmID); err != nil {
@@ -134,12 +176,16 @@ func runStorm(ctx context.Context, p plan, base, name string, victim, storm *ten
 		return nil, err
 	}
 
-	rec.begin("recovery")
-	sleepCtx(ctx, p.Recovery)
+	if sp.recovery > 0 {
+		rec.begin("recovery")
+		sleepCtx(ctx, sp.recovery)
+	}
 	vcancel()
 	wg.Wait()
 	rec.end()
-	progress(name, "recovery", rec, "victim")
+	if sp.recovery > 0 {
+		progress(name, "recovery", rec, "victim")
+	}
 
 	out.baseline = summarize(rec.sel("victim", "baseline"))
 	out.storm = summarize(rec.sel("victim", "storm"))
@@ -246,7 +292,7 @@ func runMany(ctx context.Context, p plan, base string, quiet *tenant, storms []*
 		warm.Add(1)
 		go func() {
 			defer warm.Done()
-			closedArm(ctx, rec, "storms", p.ManyWorkers, 20, true, rowsURL(base, s, 200), s.Token)
+			closedArm(ctx, rec, "storms", p.ManyWorkers, 20, 0, true, rowsURL(base, s, 200), s.Token)
 		}()
 	}
 	warm.Wait()
@@ -264,7 +310,7 @@ func runMany(ctx context.Context, p plan, base string, quiet *tenant, storms []*
 		swg.Add(1)
 		go func() {
 			defer swg.Done()
-			st := closedArm(sctx, rec, "storms", p.ManyWorkers, 0, true, rowsURL(base, s, 200), s.Token)
+			st := closedArm(sctx, rec, "storms", p.ManyWorkers, 0, 0, true, rowsURL(base, s, 200), s.Token)
 			mu.Lock()
 			out.storms.Requests += st.Requests
 			out.storms.OK += st.OK
@@ -286,40 +332,82 @@ func runMany(ctx context.Context, p plan, base string, quiet *tenant, storms []*
 
 // fairnessCounts are the controller's counters for one realm, from /metrics.
 type fairnessCounts struct {
-	Admitted float64 `json:"admitted"`
-	Refused  float64 `json:"refused"`
+	Dispatched float64 `json:"dispatched"`
+	Refused    float64 `json:"refused"`
 }
 
-// scrape reads /metrics and sums the fairness counters of realm.
-func scrape(ctx context.Context, base, realm string) (fairnessCounts, error) {
+// metricsSnapshot is one read of /metrics, by family name.
+type metricsSnapshot map[string]*dto.MetricFamily
+
+func scrapeAll(ctx context.Context, base string) (metricsSnapshot, error) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fairnessCounts{}, err
+		return nil, err
 	}
 	defer res.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(io.Reader(res.Body))
 	if err != nil {
-		return fairnessCounts{}, fmt.Errorf("parsing /metrics: %w", err)
+		return nil, fmt.Errorf("parsing /metrics: %w", err)
 	}
-	var c fairnessCounts
-	sum := func(name string) float64 {
-		total := 0.0
-		f, ok := families[name]
-		if !ok {
-			return 0
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "realm" && l.GetValue() == realm && m.GetCounter() != nil {
-					total += m.GetCounter().GetValue()
-				}
+	return families, nil
+}
+
+// sum adds up the counter (or gauge) name over the series whose labels
+// include every pair in match; ok is false when the family is absent.
+func (m metricsSnapshot) sum(name string, match map[string]string) (total float64, ok bool) {
+	f, ok := m[name]
+	if !ok {
+		return 0, false
+	}
+	for _, s := range f.GetMetric() {
+		n := 0
+		for _, l := range s.GetLabel() {
+			if v, want := match[l.GetName()]; want && l.GetValue() == v {
+				n++
 			}
 		}
-		return total
+		if n < len(match) {
+			continue
+		}
+		switch {
+		case s.GetCounter() != nil:
+			total += s.GetCounter().GetValue()
+		case s.GetGauge() != nil:
+			total += s.GetGauge().GetValue()
+		case s.GetUntyped() != nil:
+			total += s.GetUntyped().GetValue()
+		}
 	}
-	c.Admitted = sum("appdor_fairness_admitted_total")
-	c.Refused = sum("appdor_fairness_refused_total")
-	return c, nil
+	return total, true
+}
+
+// fairness sums the controller's counters of realm over levels and reasons:
+// appdor_fairness_dispatched_total{realm,level} (before the rename,
+// appdor_fairness_admitted_total{realm,class}) and
+// appdor_fairness_refused_total{realm,level,reason}.
+func (m metricsSnapshot) fairness(realm string) fairnessCounts {
+	var c fairnessCounts
+	var ok bool
+	if c.Dispatched, ok = m.sum("appdor_fairness_dispatched_total", map[string]string{"realm": realm}); !ok {
+		c.Dispatched, _ = m.sum("appdor_fairness_admitted_total", map[string]string{"realm": realm})
+	}
+	c.Refused, _ = m.sum("appdor_fairness_refused_total", map[string]string{"realm": realm})
+	return c
+}
+
+// poolAcquires is the server's appdor_db_pool_acquires_total.
+func (m metricsSnapshot) poolAcquires() float64 {
+	v, _ := m.sum("appdor_db_pool_acquires_total", nil)
+	return v
+}
+
+// scrape reads /metrics and sums the fairness counters of realm.
+func scrape(ctx context.Context, base, realm string) (fairnessCounts, error) {
+	m, err := scrapeAll(ctx, base)
+	if err != nil {
+		return fairnessCounts{}, err
+	}
+	return m.fairness(realm), nil
 }

@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // tenant is a seeded realm: a member's token and a table of rows.
@@ -61,14 +63,21 @@ func apiCall(ctx context.Context, method, url, token string, body any) (int, []b
 	return res.StatusCode, b, err
 }
 
-// seedTenant makes a realm, an owner, a token (with a ceiling when rpm > 0)
-// through the CLI, then a table of 8 fields and rows through the API.
-func (s *stack) seedTenant(ctx context.Context, base, name string, rows int) (*tenant, error) {
+// seedTenant makes a realm, an owner and a token through the CLI, then a
+// table of 8 fields and rows through the API. A realmRPM > 0 replaces the
+// server's default realm ceiling for this realm; it is set before the realm's
+// first request, so no cached token answer holds the old one.
+func (s *stack) seedTenant(ctx context.Context, base, name string, rows, realmRPM int) (*tenant, error) {
 	r, err := s.cli(ctx, "realm", "create", name)
 	if err != nil {
 		return nil, err
 	}
 	t := &tenant{Name: name, RealmID: r["id"].(string), Email: fmt.Sprintf("owner@%s.test", name), Fields: map[string]string{}}
+	if realmRPM > 0 {
+		if err := s.setRealmCeiling(ctx, t.RealmID, realmRPM); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := s.cli(ctx, "user", "create", "--realm", t.RealmID, "--email", t.Email, "--password", "storm-harness", "--role", "owner"); err != nil {
 		return nil, err
 	}
@@ -139,4 +148,22 @@ func (s *stack) token(ctx context.Context, t *tenant, name string, rpm int) (str
 		return "", err
 	}
 	return tok["token"].(string), nil
+}
+
+// setRealmCeiling sets a realm's own requests-per-minute ceiling in the
+// database (the CLI has no command for it).
+func (s *stack) setRealmCeiling(ctx context.Context, realmID string, rpm int) error {
+	conn, err := pgx.Connect(ctx, s.dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	tag, err := conn.Exec(ctx, "UPDATE realms SET requests_per_minute = $1 WHERE id = $2", rpm, realmID)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("realm %s not found", realmID)
+	}
+	if err != nil {
+		return fmt.Errorf("setting the realm's ceiling: %w", err)
+	}
+	return nil
 }

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// victimFor runs the victim's open-model reads into rec until the returned
+// stop is called; stop waits for the last answers.
+func victimFor(ctx context.Context, p plan, rec *recorder, base string, victim *tenant) (stop func()) {
+	vctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		openArm(vctx, rec, "victim", p.VictimRate, vegeta.Target{Method: "GET", URL: rowsURL(base, victim, 100), Header: bearer(victim.Token)})
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+// importOutcome is what the import arm measured.
+type importOutcome struct {
+	rec              *recorder
+	baseline, during stats
+	Code             int           `json:"status"`
+	ErrCode          string        `json:"error_code,omitempty"`
+	Message          string        `json:"message,omitempty"`
+	Inserted         int           `json:"inserted"`
+	Failed           int           `json:"failed"`
+	Counted          int64         `json:"counted"` // rows of the table counted through the API afterwards
+	Duration         time.Duration `json:"-"`
+}
+
+func (o *importOutcome) rowsPerSecond() float64 {
+	return ratio(float64(o.Inserted), o.Duration.Seconds())
+}
+
+// csvBody streams a CSV of rows data rows for the seed's 8 fields through a
+// pipe: no file, and memory for one line.
+func csvBody(rows int) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		w := csv.NewWriter(pw)
+		err := w.Write([]string{"Name", "Notes", "Amount", "Done", "Due", "Status", "Email", "Site"})
+		rng := rand.New(rand.NewPCG(11, 13))
+		day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		for k := 0; k < rows && err == nil; k++ {
+			word := words[rng.IntN(len(words))]
+			err = w.Write([]string{
+				fmt.Sprintf("%s import %d", word, k),
+				fmt.Sprintf("Imported %s lead; ask about the %s plan.", word, words[k%len(words)]),
+				strconv.FormatFloat(float64(rng.IntN(1_000_000))/100, 'f', 2, 64),
+				strconv.FormatBool(k%3 == 0),
+				day.AddDate(0, 0, k%365).Format(time.DateOnly),
+				[]string{"new", "open", "won", "lost"}[k%4],
+				fmt.Sprintf("lead%d@%s.example", k, word),
+				fmt.Sprintf("https://%s.example/lead/%d", word, k),
+			})
+		}
+		if err == nil {
+			w.Flush()
+			err = w.Error()
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr
+}
+
+// runImport: the victim reads at its open-model rate through a warm-up and a
+// baseline; then realm imp imports ImportRows rows by CSV (one streamed
+// request, written by the server in batches that run as background work),
+// and the victim's latency is measured until the import answers. Afterwards
+// the table's rows are counted through the API.
+func runImport(ctx context.Context, p plan, base string, victim, imp *tenant) *importOutcome {
+	rec := newRecorder()
+	stop := victimFor(ctx, p, rec, base, victim)
+	rec.begin("warmup")
+	sleepCtx(ctx, p.Warmup/5)
+	rec.begin("baseline")
+	sleepCtx(ctx, p.Baseline)
+	progress("import", "baseline", rec, "victim")
+
+	out := &importOutcome{rec: rec}
+	rec.begin("import")
+	ictx, cancel := context.WithTimeout(ctx, p.ImportTimeout)
+	start := time.Now()
+	req, _ := http.NewRequestWithContext(ictx, "POST", base+"/api/v1/tables/"+imp.TableID+"/csv", csvBody(p.ImportRows))
+	req.Header.Set("Authorization", "Bearer "+imp.Token)
+	req.Header.Set("Content-Type", "text/csv")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		out.Message = err.Error()
+	} else {
+		body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		res.Body.Close()
+		out.Code = res.StatusCode
+		var answer struct {
+			Inserted int `json:"inserted"`
+			Failed   int `json:"failed"`
+			Error    struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(body, &answer)
+		out.Inserted, out.Failed = answer.Inserted, answer.Failed
+		out.ErrCode, out.Message = answer.Error.Code, answer.Error.Message
+	}
+	out.Duration = time.Since(start)
+	cancel()
+	stop()
+	rec.end()
+	progress("import", "import", rec, "victim")
+	fmt.Printf("import   %d rows: status %d in %.1fs (%.0f rows/s), inserted %d, failed %d %s\n",
+		p.ImportRows, out.Code, out.Duration.Seconds(), out.rowsPerSecond(), out.Inserted, out.Failed, out.Message)
+
+	code, body, err := apiCall(ctx, "GET", base+"/api/v1/tables/"+imp.TableID+"/count", imp.Token, nil)
+	var n struct{ Count int64 }
+	if err == nil && code == 200 && json.Unmarshal(body, &n) == nil {
+		out.Counted = n.Count
+	} else {
+		out.Counted = -1
+		fmt.Printf("import   counting the rows: %d %.200s %v\n", code, body, err)
+	}
+	out.baseline = summarize(rec.sel("victim", "baseline"))
+	out.during = summarize(rec.sel("victim", "import"))
+	return out
+}
+
+// settle vacuums and analyzes the run's database and checkpoints, best
+// effort, so that the import's aftermath (autovacuum, a checkpoint) does not
+// land in a later arm's phases.
+func (s *stack) settle(ctx context.Context) {
+	start := time.Now()
+	conn, err := pgx.Connect(ctx, s.dbURL)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "VACUUM (ANALYZE)")
+	if err == nil {
+		_, err = conn.Exec(ctx, "CHECKPOINT")
+	}
+	if err != nil {
+		fmt.Println("harness: settling the database:", err)
+	}
+	fmt.Printf("harness: database vacuumed after the import (%.1fs)\n", time.Since(start).Seconds())
+}
+
+// loneOutcome is what the lone-realm arm measured on one server.
+type loneOutcome struct {
+	rec     *recorder
+	arm     closedStats
+	latency stats
+}
+
+func (o *loneOutcome) throughput() float64 { return ratio(float64(o.arm.OK), o.arm.Elapsed.Seconds()) }
+
+// runLone: one realm alone on the server, LoneClients closed-loop clients of
+// one token reading 100 rows, honoring Retry-After; a one-second warm-up,
+// then Lone measured.
+func runLone(ctx context.Context, p plan, base, name string, t *tenant) *loneOutcome {
+	rec := newRecorder()
+	url := rowsURL(base, t, 100)
+	rec.begin("warmup")
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	closedArm(wctx, rec, "lone", p.LoneClients, 0, 0, true, url, t.Token)
+	cancel()
+	rec.begin("lone")
+	lctx, cancel := context.WithTimeout(ctx, p.Lone)
+	out := &loneOutcome{rec: rec}
+	out.arm = closedArm(lctx, rec, "lone", p.LoneClients, 0, 0, true, url, t.Token)
+	cancel()
+	rec.end()
+	out.latency = summarize(rec.sel("lone", "lone"))
+	progress(name, "lone", rec, "lone")
+	fmt.Printf("%-8s %d clients: %.0f reads/s, %d refused, %d errors\n", name, p.LoneClients, out.throughput(), out.arm.Refused, out.arm.Errors)
+	return out
+}
+
+// unauthOutcome is what the unauthenticated arm measured.
+type unauthOutcome struct {
+	rec              *recorder
+	baseline, during stats
+	bogus            stats
+	byCode           map[string]int // the bogus answers by HTTP status (or "transport")
+	// Pool acquires in the baseline and the bogus phase, the victim's 2xx
+	// answers in each, and the acquires charged to the bogus requests.
+	baselineAcquires, bogusAcquires float64
+	baselineVictimOK, bogusVictimOK int
+	perVictim, charged              float64
+}
+
+// per100 is the pool acquires the bogus requests cost per 100 of them.
+func (o *unauthOutcome) per100() float64 { return 100 * ratio(o.charged, float64(o.bogus.N)) }
+
+// bogusTargeter makes each request a read of the victim's table with a
+// fresh random bearer token shaped like a real one ("apd_" and 32 random
+// bytes, base64url): it matches no token, so no answer can be cached by it.
+func bogusTargeter(url string) vegeta.Targeter {
+	return func(t *vegeta.Target) error {
+		var b [32]byte
+		for i := 0; i < len(b); i += 8 {
+			binary.LittleEndian.PutUint64(b[i:], rand.Uint64())
+		}
+		t.Method, t.URL = "GET", url
+		t.Header = http.Header{"Authorization": []string{"Bearer apd_" + base64.RawURLEncoding.EncodeToString(b[:])}}
+		return nil
+	}
+}
+
+// runUnauth: the victim reads at its rate through a warm-up and a baseline;
+// then BogusRate requests a second with random bogus tokens arrive beside it
+// for Bogus (open model).
+//
+// What the bogus requests cost the pool: appdor_db_pool_acquires_total is
+// read at the start and end of the baseline and at the end of the bogus
+// phase. The baseline, the victim alone, gives the acquires per victim 2xx
+// answer (one, plus whatever the server does on its own meanwhile); the
+// bogus phase's acquires less that many per victim 2xx answer in the phase
+// are charged to the bogus requests. The victim's answers are counted by
+// intended send time, so a request or two at each edge may fall on the other
+// side: an error of about one acquire.
+func runUnauth(ctx context.Context, p plan, base string, victim *tenant) (*unauthOutcome, error) {
+	rec := newRecorder()
+	stop := victimFor(ctx, p, rec, base, victim)
+	defer stop()
+	rec.begin("warmup")
+	sleepCtx(ctx, p.Warmup/5)
+	m0, err := scrapeAll(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	rec.begin("baseline")
+	sleepCtx(ctx, p.Baseline)
+	m1, err := scrapeAll(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	progress("unauth", "baseline", rec, "victim")
+
+	rec.begin("bogus")
+	bctx, cancel := context.WithTimeout(ctx, p.Bogus)
+	openArmTargeter(bctx, rec, "bogus", p.BogusRate, bogusTargeter(rowsURL(base, victim, 100)))
+	cancel()
+	rec.begin("after")
+	m2, err := scrapeAll(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	stop()
+	rec.end()
+	progress("unauth", "bogus", rec, "victim", "bogus")
+
+	out := &unauthOutcome{rec: rec, byCode: map[string]int{}}
+	out.baseline = summarize(rec.sel("victim", "baseline"))
+	out.during = summarize(rec.sel("victim", "bogus"))
+	bogus := rec.sel("bogus", "bogus")
+	out.bogus = summarize(bogus)
+	for _, s := range bogus {
+		key := strconv.Itoa(s.Code)
+		if s.Failed != "" {
+			key = "transport"
+		}
+		out.byCode[key]++
+	}
+	out.baselineAcquires = m1.poolAcquires() - m0.poolAcquires()
+	out.bogusAcquires = m2.poolAcquires() - m1.poolAcquires()
+	out.baselineVictimOK, out.bogusVictimOK = out.baseline.OK, out.during.OK
+	out.perVictim = 1
+	if out.baselineVictimOK > 0 {
+		out.perVictim = out.baselineAcquires / float64(out.baselineVictimOK)
+	}
+	out.charged = out.bogusAcquires - out.perVictim*float64(out.bogusVictimOK)
+	fmt.Printf("unauth   bogus answers %v; pool acquires: baseline %.0f for %d victim reads (%.3f each), bogus phase %.0f for %d victim reads and %d bogus: %.2f per 100 bogus\n",
+		out.byCode, out.baselineAcquires, out.baselineVictimOK, out.perVictim, out.bogusAcquires, out.bogusVictimOK, out.bogus.N, out.per100())
+	return out, nil
+}
