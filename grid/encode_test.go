@@ -60,3 +60,44 @@ func TestPageEncodingMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendUUIDMatchesString(t *testing.T) {
+	for _, id := range []uuid.UUID{uuid.Nil, uuid.Max, uuid.New(), uuid.New()} {
+		if got, want := string(appendUUID(nil, id)), `"`+id.String()+`"`; got != want {
+			t.Errorf("got %s, want %s", got, want)
+		}
+	}
+}
+
+// Cells scanned into an arena stay as they were while later rows fill it and
+// new buffers start, and a reused arena hands out fresh slices.
+func TestCellArenaKeepsEachRow(t *testing.T) {
+	var a cellArena
+	for round := range 3 {
+		a.buf = a.buf[:0]
+		a.left = 50
+		var want, got [][]byte
+		driver := make([]byte, 0, 64<<10) // the driver's buffer, reused each row
+		for i := range 60 {               // more rows than expected, of growing sizes
+			driver = driver[:0]
+			for range i * i * (round + 1) {
+				driver = append(driver, byte('a'+i%26))
+			}
+			if i%7 == 3 {
+				driver = nil // a NULL
+			}
+			if err := a.ScanBytes(driver); err != nil {
+				t.Fatal(err)
+			}
+			want, got = append(want, bytes.Clone(driver)), append(got, a.last)
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) || (want[i] == nil) != (got[i] == nil) {
+				t.Fatalf("round %d, row %d: got %q, want %q", round, i, got[i], want[i])
+			}
+			if cap(got[i]) != len(got[i]) {
+				t.Fatalf("round %d, row %d: room to append into the next row", round, i)
+			}
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor"
@@ -615,14 +616,40 @@ type page struct {
 	Rows       []Row              `json:"rows"`
 	NextCursor *string            `json:"next_cursor"`
 	Links      map[string]*string `json:"links"`
+
+	scratch *pageScratch // where Rows and their cells live, until release
 }
 
-// readPage reads one page: the plain path in one round trip, the sorted or
-// filtered path after reading the fields, and link display values in one more
-// query when the table has links.
-func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limit int) (*page, error) {
+// newPage returns an empty page with room for limit+1 rows, on memory from
+// scratchPool; release gives it back.
+func newPage(limit int) *page {
+	s := scratchPool.Get().(*pageScratch)
+	s.cells.buf = s.cells.buf[:0]
+	return &page{Rows: slices.Grow(s.rows[:0], limit+1), Links: map[string]*string{}, scratch: s}
+}
+
+// release hands the page's memory back to scratchPool. Nothing may read the
+// page's rows after it.
+func (p *page) release() {
+	s := p.scratch
+	if s == nil {
+		return
+	}
+	rows := p.Rows[:cap(p.Rows)]
+	p.Rows, p.scratch = nil, nil
+	if cap(rows) > MaxLimit+1 || cap(s.cells.buf) > maxArenaBuffer {
+		return // an outsized page is left to the collector
+	}
+	clear(rows) // no stale cells from an older buffer stay reachable
+	s.rows, s.cells.buf, s.cells.last = rows[:0], s.cells.buf[:0], nil
+	scratchPool.Put(s)
+}
+
+// readPage reads one page into out (from newPage): the plain path in one
+// round trip, the sorted or filtered path after reading the fields, and link
+// display values in one more query when the table has links.
+func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limit int, out *page) error {
 	ctx, realm := c.Request().Context(), realmOf(c)
-	out := &page{Rows: make([]Row, 0, limit), Links: map[string]*string{}}
 	var hasLinks bool
 	var lastValues []any
 	var spec string
@@ -630,38 +657,36 @@ func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limi
 		after := uuid.Nil
 		if p.cursor != nil {
 			if p.cursor.Sort != "" || len(p.cursor.Values) > 0 {
-				return nil, errCursor()
+				return errCursor()
 			}
 			after = p.cursor.After
 		}
-		sql, args := plainPageSQL, []any{realm, tableID, after, limit + 1}
+		// pgtype.UUID goes to the driver in binary; a uuid.UUID goes as a
+		// driver.Valuer, through a string of its own, three times a read.
+		sql, args := plainPageSQL, []any{pgUUID(realm), pgUUID(tableID), pgUUID(after), limit + 1}
 		if p.q != "" {
 			sql, args = searchPageSQL, append(args, p.q)
 		}
 		found := false
+		sc := newRowScan(limit+1, &out.scratch.cells)
 		err := h.db.Query(ctx, realm, func(rows pgx.Rows) error {
+			dest := append(sc.dest(), &hasLinks)
 			for rows.Next() {
 				found = true
-				var (
-					id           *uuid.UUID
-					version      *int64
-					cells        []byte
-					created, upd *time.Time
-				)
-				if err := rows.Scan(&id, &version, &cells, &created, &upd, &hasLinks); err != nil {
+				if err := rows.Scan(dest...); err != nil {
 					return err
 				}
-				if id != nil {
-					out.Rows = append(out.Rows, Row{ID: *id, Version: *version, Cells: cells, CreatedAt: *created, UpdatedAt: *upd})
+				if r, ok := sc.row(); ok {
+					out.Rows = append(out.Rows, r)
 				}
 			}
 			return rows.Err()
 		}, sql, args...)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !found {
-			return nil, appdor.Errorf(appdor.ENotFound, "table not found")
+			return appdor.Errorf(appdor.ENotFound, "table not found")
 		}
 	} else {
 		err := h.withFields(c, tableID, func(t *Table) (string, bool, error) {
@@ -673,42 +698,38 @@ func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limi
 			for _, f := range t.Fields {
 				hasLinks = hasLinks || f.Type == TypeLink
 			}
-			out.Rows = out.Rows[:0]
+			out.Rows, out.scratch.cells.buf = out.Rows[:0], out.scratch.cells.buf[:0]
 			sql, args := buildPage(realm, tableID, plan, limit)
 			n := len(plan.keys)
-			var sig string
+			var sig sigScan
 			found := false
+			sc := newRowScan(limit+1, &out.scratch.cells)
 			err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
+				vals := make([]any, n)
+				dest := append([]any{&sig}, sc.dest()...)
+				for i := range vals {
+					dest = append(dest, &vals[i])
+				}
 				for rows.Next() {
 					found = true
-					var (
-						id           *uuid.UUID
-						version      *int64
-						cells        []byte
-						created, upd *time.Time
-					)
-					vals := make([]any, n)
-					dest := []any{&sig, &id, &version, &cells, &created, &upd}
-					for i := range vals {
-						dest = append(dest, &vals[i])
-					}
 					if err := rows.Scan(dest...); err != nil {
 						return err
 					}
-					if id == nil {
+					r, ok := sc.row()
+					if !ok {
 						continue // the table exists and has no row to show
 					}
-					out.Rows = append(out.Rows, Row{ID: *id, Version: *version, Cells: cells, CreatedAt: *created, UpdatedAt: *upd})
+					out.Rows = append(out.Rows, r)
 					if len(out.Rows) == limit {
-						lastValues = vals
+						lastValues = slices.Clone(vals)
 					}
 				}
 				return rows.Err()
 			}, sql, args...)
-			return sig, found, err
+			return sig.s, found, err
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if len(out.Rows) > limit {
@@ -717,7 +738,7 @@ func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limi
 		for _, v := range lastValues {
 			b, err := json.Marshal(v)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			k.Values = append(k.Values, b)
 		}
@@ -727,11 +748,14 @@ func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limi
 	if hasLinks && len(out.Rows) > 0 {
 		var err error
 		if out.Links, err = h.linkDisplays(ctx, realm, tableID, out.Rows); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
+
+// pgUUID is id as the driver's own UUID type.
+func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
 
 // listRows serves GET /tables/{table}/rows.
 func (h *Handler) listRows(c echo.Context) error {
@@ -747,8 +771,9 @@ func (h *Handler) listRows(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	pg, err := h.readPage(c, tableID, p, limit)
-	if err != nil {
+	pg := newPage(limit)
+	defer pg.release()
+	if err := h.readPage(c, tableID, p, limit, pg); err != nil {
 		return err
 	}
 	return writePage(c, pg)

@@ -1,0 +1,89 @@
+package grid_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/appdor/appdor/grid"
+	"github.com/appdor/appdor/rls"
+	"github.com/appdor/appdor/server"
+	"github.com/appdor/appdor/tenancy"
+	"github.com/appdor/appdor/test/testenv"
+)
+
+// countingWriter is a ResponseWriter that keeps the status and the length of
+// the body and nothing else, so that a benchmark's allocations are the
+// server's, not a recorder's growing buffer.
+type countingWriter struct {
+	h      http.Header
+	status int
+	n      int
+}
+
+func (w *countingWriter) Header() http.Header { return w.h }
+func (w *countingWriter) WriteHeader(s int)   { w.status = s }
+func (w *countingWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.n += len(b)
+	return len(b), nil
+}
+
+func (w *countingWriter) reset() {
+	clear(w.h)
+	w.status, w.n = 0, 0
+}
+
+// BenchmarkReadPage200 is the server-side cost of a storm realm's read, 200
+// rows of the 8-field benchmark table, in process and one at a time: through
+// the grid handler alone (RLS transaction, scan, encode) and through the whole
+// Echo stack (request id, access log, authentication from the token cache,
+// rate limiter, fairness gate). Its allocations are deterministic where its
+// times are not; profile it with
+//
+//	go test ./grid -run '^$' -bench BenchmarkReadPage200 -benchmem -cpuprofile cpu.out -memprofile mem.out
+func BenchmarkReadPage200(b *testing.B) {
+	app := testenv.NewApp(b, func(c *server.Config) {
+		c.RealmRequestsPerMinute = 1 << 30
+	})
+	tn := app.NewTenant(b, tenancy.RoleEditor, nil)
+	tableID := benchTable(b, app, tn.Token)
+	path := "/api/v1/tables/" + tableID + "/rows?limit=200"
+
+	e := echo.New()
+	principal := &tenancy.Principal{RealmID: tn.RealmID, UserID: tn.UserID, Role: tenancy.RoleEditor, TokenID: uuid.New()}
+	g := e.Group("/api/v1", func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			tenancy.WithPrincipal(c, principal)
+			return next(c)
+		}
+	})
+	grid.New(rls.New(testenv.Pool(b), 0, 0)).Routes(g)
+
+	run := func(b *testing.B, h http.Handler, token string) {
+		req, err := http.NewRequest(http.MethodGet, path, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		w := &countingWriter{h: http.Header{}}
+		h.ServeHTTP(w, req) // warm the token cache and the field cache
+		b.ReportAllocs()
+		for b.Loop() {
+			w.reset()
+			h.ServeHTTP(w, req)
+			if w.status != http.StatusOK {
+				b.Fatalf("status %d", w.status)
+			}
+		}
+		b.ReportMetric(float64(w.n), "body-bytes")
+	}
+	b.Run("grid", func(b *testing.B) { run(b, e, "") })
+	b.Run("stack", func(b *testing.B) { run(b, app.Handler(), tn.Token) })
+}
