@@ -113,10 +113,18 @@ func runImport(ctx context.Context, p plan, base string, victim, imp *tenant) *i
 			Error    struct {
 				Code    string `json:"code"`
 				Message string `json:"message"`
+				Details struct {
+					Inserted int `json:"inserted"`
+					Failed   int `json:"failed"`
+				} `json:"details"`
 			} `json:"error"`
 		}
 		_ = json.Unmarshal(body, &answer)
 		out.Inserted, out.Failed = answer.Inserted, answer.Failed
+		if res.StatusCode >= 300 {
+			// A stopped import tells what it had done in its error's details.
+			out.Inserted, out.Failed = answer.Error.Details.Inserted, answer.Error.Details.Failed
+		}
 		out.ErrCode, out.Message = answer.Error.Code, answer.Error.Message
 	}
 	out.Duration = time.Since(start)
@@ -170,13 +178,14 @@ type loneOutcome struct {
 func (o *loneOutcome) throughput() float64 { return ratio(float64(o.arm.OK), o.arm.Elapsed.Seconds()) }
 
 // runLone: one realm alone on the server, LoneClients closed-loop clients of
-// one token reading 100 rows, honoring Retry-After; a one-second warm-up,
-// then Lone measured.
+// one token reading 100 rows, honoring Retry-After; a two-second warm-up (by
+// its end the realms of the arm before have been idle longer than the
+// controller's activity window), then Lone measured.
 func runLone(ctx context.Context, p plan, base, name string, t *tenant) *loneOutcome {
 	rec := newRecorder()
 	url := rowsURL(base, t, 100)
 	rec.begin("warmup")
-	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	closedArm(wctx, rec, "lone", p.LoneClients, 0, 0, true, url, t.Token)
 	cancel()
 	rec.begin("lone")
