@@ -7,6 +7,7 @@ package appdor
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -52,4 +53,11 @@ func ErrorCode(err error) string {
 		return e.Code
 	}
 	return EInternal
+}
+
+// RetryAfterSeconds renders d for the Retry-After header: whole seconds,
+// rounded up, never 0. Every refusal's Retry-After goes through it.
+func RetryAfterSeconds(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(s, 1), 10)
 }

@@ -1,70 +1,34 @@
 // Package fairness keeps Appdor's second promise: no realm's load becomes
-// another realm's latency. It is an admission controller keyed by realm: every
-// unit of work (an HTTP request, a batch of a CSV import) takes a slot before
-// it touches the database and gives it back when done, and work over the
-// realm's share is refused at once, never queued.
+// another realm's latency. It is fair queuing, in the spirit of Kubernetes
+// API Priority and Fairness (queueset) with FQ-CoDel's sparse flows (RFC 8290).
 //
-// # The algorithm
+// Work runs in seats: Seats concurrently running units of interactive work
+// (default two per core, within the pool) and BackgroundSeats of their own
+// for background work (CSV import batches, automations). A flow is a realm
+// (or FlowUnauthenticated); each flow has a FIFO queue per level.
 //
-// Capacity is counted in slots of concurrent work: Capacity slots for realms
-// at work and Reserve slots on top. By default Capacity is two slots per core
-// (GOMAXPROCS), never more than the pool size minus the reserve, and Reserve
-// is max(6, Capacity/2). CPU is the scarce resource (two heavy reads already
-// keep two cores busy); a slot is held only while the handler runs, part CPU
-// and part round trips to PostgreSQL.
+//   - Sparse first: a request whose flow has nothing in flight or queued, and
+//     was not refused within SparseAfterRefusal, takes any free seat, or waits
+//     ahead of every backlogged flow. A storm that idles between refusals is
+//     not sparse: it was refused.
+//   - Backlogged flows by virtual time: when a seat frees, the backlogged flow
+//     with the lowest virtual time goes next. Each unit's measured service
+//     time advances its flow's clock, so heavy work falls behind light work;
+//     a flow that becomes backlogged starts at the current virtual time.
+//   - While several flows are active (a request within ActiveWindow), work
+//     from the queues holds at most BackloggedSeats seats together (half the
+//     cores); a flow alone holds every seat (work-conserving). Measured on two
+//     cores: a light read beside two storm reads is 2.8× its baseline, beside
+//     one 1.5–1.8×; equal shares alone left a quiet realm ×23.6 beside
+//     sixteen storms, sparse-first brought it to ×1.3–1.7.
+//   - Waits are bounded: an interactive queue holds QueueLength units and a
+//     unit waits at most WaitBound; a full queue or an expired wait is a
+//     refusal, 429 concurrency_limited with Retry-After. Background work waits
+//     as long as its context lasts, in seats no request ever waits for.
 //
-// A realm is active while it has work in flight or made a request within
-// ActiveWindow (default 2s). A realm alone may use the whole Capacity, and the
-// reserve but its last slot: work-conserving. When two or more are active
-// they share E = max(1, Capacity/2), each max(1, E/N) for N active realms.
-// What the controller learns of a realm (its recent refusals and time in
-// flight, its counters) is kept for Memory (default 5m) after its last
-// request.
-//
-// Realms are told apart by how they behave, not by who they are:
-//
-//   - hot: refused HotAfter (default 4) times within the last one to two
-//     windows and at least once per eight admissions, or heavy: holding
-//     HeavyAt (default 3) slots or more on average over that time. A
-//     storming realm is hot whether it honors Retry-After (its clients keep
-//     being refused) or hogs what it gets (heavy). While realms compete, hot
-//     realms together hold at most max(1, E/2) slots (one on two cores), and
-//     only while no other realm has work in flight: a hot realm's request
-//     waits up to the Hold for such a moment. Sixteen storming realms weigh
-//     on the cores no more than one does, and never take the reserve.
-//   - new: active for less than FreshFor (default ActiveWindow), because it
-//     arrived or came back after a quiet spell, while settled realms (active
-//     for longer) are at work. A new realm has not shown yet what it will do
-//     now, so new realms together run at most max(1, E/2) requests at once,
-//     and a new realm's request waits up to the Hold for its turn before it
-//     is refused: an arriving realm gets in within milliseconds when the lane
-//     is free, and sixteen storms arriving at once weigh on the realms
-//     already at work no more than one request does. When every active realm
-//     is new (a restart) nobody is held back.
-//   - light: neither. A light realm takes its share, then borrows up to the
-//     reserve but one slot, from any free slot but the last (its requests
-//     overlap when an answer is slow); an arriving realm with nothing in
-//     flight takes a reserve slot at once.
-//
-// A refusal is cheap: the middleware answers with a pre-encoded 429 body and
-// Retry-After (RetryAfter, default 1s). A hot or new realm's refusal is
-// answered after a random delay of up to Spread (default 1s), with
-// Retry-After of one or two seconds at random. The decision is made at once;
-// the delayed answer holds no slot and no database connection. What it buys
-// is spread in time: sixty storm workers refused together and told
-// "Retry-After: 1" come back together, a wave of sixty requests in the same
-// few milliseconds each second, and a light realm's slow requests were the
-// ones that met those waves (8.5 storm arrivals beside each slow request on
-// average, 0.9 beside the others). A client that ignores Retry-After is
-// slowed by the same delay instead of burning the cores on refusals.
-//
-// Background work ("import", "automation") goes through Acquire, which waits
-// (bounded by its context) for a slot within the realm's share and Capacity —
-// never the reserve, so background work can never push a request out. Acquire
-// inside a request that already holds its realm's slot is reentrant: the work
-// runs under the request's slot.
-//
-// fairness knows nothing of grid or tenancy: a realm is a string to it.
+// Acquire is the one entry point; Middleware is Acquire for HTTP requests,
+// answering a refusal with a pre-encoded 429. fairness knows nothing of grid
+// or tenancy: a flow is a string to it.
 package fairness
 
 import (
@@ -72,7 +36,6 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,714 +43,539 @@ import (
 	"github.com/appdor/appdor"
 )
 
-// Classes of work.
+// Level is a priority level: its own seats and its own queues.
+type Level uint8
+
+// Levels.
 const (
-	ClassRequest = "request" // an HTTP request: admitted at once or refused
-	ClassImport  = "import"  // background work: waits, within its context, for a slot
+	Interactive Level = iota // API and UI requests: bounded waits, refused beyond them
+	Background               // CSV import batches, automations: wait within their context
+	numLevels
 )
+
+func (l Level) String() string {
+	if l == Background {
+		return "background"
+	}
+	return "interactive"
+}
+
+// FlowUnauthenticated is the flow of credential lookups that run before a
+// request has a realm.
+const FlowUnauthenticated = "unauthenticated"
 
 // Reasons for a refusal, as in appdor_fairness_refused_total{reason}.
 const (
-	ReasonRealmLimit = "realm_limit" // the realm has its whole share in flight
-	ReasonCapacity   = "capacity"    // every slot is taken
-	ReasonCanceled   = "canceled"    // background work gave up waiting
-	ReasonNewRealm   = "new_realm"   // new realms have their slots in flight
+	ReasonQueueFull   = "queue_full"   // the flow's queue was full
+	ReasonWaitExpired = "wait_expired" // no seat within WaitBound
+	ReasonCanceled    = "canceled"     // the caller went away while queued
 )
 
 // Defaults.
 const (
-	DefaultActiveWindow = 2 * time.Second
-	DefaultRetryAfter   = time.Second
-	DefaultHold         = 20 * time.Millisecond
-	DefaultSpread       = time.Second
-	DefaultHotAfter     = 4
-	DefaultHeavyAt      = 3.0
-	DefaultMemory       = 5 * time.Minute
+	DefaultQueueLength        = 64
+	DefaultWaitBound          = 50 * time.Millisecond
+	DefaultActiveWindow       = time.Second
+	DefaultSparseAfterRefusal = 2 * time.Second
+	DefaultRetryAfter         = time.Second
+	// forgetAfter is how long an idle flow's state is kept.
+	forgetAfter = time.Minute
+	// episodeGap: a refusal this long after a flow's last one starts a new
+	// refusal episode, and gets a log line.
+	episodeGap = 10 * time.Second
 )
 
 // Config sizes the controller. The zero value is on, sized automatically.
 type Config struct {
-	// Off disables the controller: every request is admitted. For the storm
-	// harness's negative control only.
+	// Off disables the controller: everything is admitted at once. For the
+	// storm harness's negative control only.
 	Off bool
-	// Capacity is the number of slots for realms at work; 0 picks
-	// min(2×GOMAXPROCS, PoolSize-Reserve).
-	Capacity int
-	// Reserve is the number of extra slots only realms that are not hot may
-	// take; 0 picks max(3, Capacity/2).
-	Reserve int
-	// PoolSize is the database pool's size, used to size Capacity.
-	PoolSize int
-	// ActiveWindow is how long a realm counts as active after its last
+	// Seats is the number of concurrently running interactive units; 0 is
+	// 2×GOMAXPROCS, within the pool.
+	Seats int
+	// BackgroundSeats is the background level's seats; 0 is
+	// max(1, GOMAXPROCS/2).
+	BackgroundSeats int
+	// BackloggedSeats is how many seats work taken from the queues may hold
+	// together while several flows are active; 0 is max(1, GOMAXPROCS/2).
+	BackloggedSeats int
+	// QueueLength is each flow's interactive queue; 0 is DefaultQueueLength.
+	QueueLength int
+	// WaitBound is the longest an interactive unit waits for a seat; 0 is
+	// DefaultWaitBound.
+	WaitBound time.Duration
+	// ActiveWindow is how long a flow counts as active after its last
 	// request; 0 is DefaultActiveWindow.
 	ActiveWindow time.Duration
+	// SparseAfterRefusal is how long after a refusal a flow's requests are
+	// not sparse; 0 is DefaultSparseAfterRefusal.
+	SparseAfterRefusal time.Duration
 	// RetryAfter is what a refusal asks the client to wait; 0 is
 	// DefaultRetryAfter.
 	RetryAfter time.Duration
-	// Hold delays the refusal of a hot realm; 0 is DefaultHold, negative
-	// disables the hold.
-	Hold time.Duration
-	// Spread is how long at most the answer to a hot realm's refusal is
-	// delayed, at random, after its hold; 0 is DefaultSpread, negative
-	// answers at once.
-	Spread time.Duration
-	// HotAfter is how many refusals within one to two ActiveWindows make a
-	// realm hot; 0 is DefaultHotAfter.
-	HotAfter int
-	// HeavyAt is the average number of slots in flight, over one to two
-	// ActiveWindows, from which a realm counts as hot even when it is not
-	// refused; 0 is DefaultHeavyAt.
-	HeavyAt float64
-	// FreshFor is how long a realm that arrives or comes back after a quiet
-	// spell counts as new (--fairness-new-realm); 0 is ActiveWindow,
-	// negative turns the probation off.
-	FreshFor time.Duration
-	// Memory is how long a realm's history is kept after its last request;
-	// 0 is DefaultMemory. It is never shorter than two ActiveWindows.
-	Memory time.Duration
-	// Now is the clock; nil is time.Now. Tests set it.
-	Now func() time.Time
-	// Log, when set, gets one line when a realm turns hot (the start of a
-	// refusal episode), not one per refusal.
+	// PoolSize is the database pool's size: seats never exceed it.
+	PoolSize int
+	// Clock is the time source; nil is the real clock. Tests set it.
+	Clock Clock
+	// Log gets one line per refusal episode of a flow.
 	Log *slog.Logger
+}
+
+// Clock is what the controller needs of time.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine after d; stop cancels it.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+func (realClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
 }
 
 // Sized returns cfg with every automatic value filled in.
 func (cfg Config) Sized() Config {
-	if cfg.Capacity <= 0 {
-		cfg.Capacity = 2 * runtime.GOMAXPROCS(0)
-		if cfg.Reserve <= 0 {
-			cfg.Reserve = max(6, cfg.Capacity/2)
-		}
-		// Every admitted slot must find a connection: capacity and reserve
-		// together fit the pool, half and half when it is small.
-		if cfg.PoolSize > 0 && cfg.Capacity+cfg.Reserve > cfg.PoolSize {
-			cfg.Reserve = min(cfg.Reserve, max(1, cfg.PoolSize/2))
-			cfg.Capacity = max(1, min(cfg.Capacity, cfg.PoolSize-cfg.Reserve))
+	cores := runtime.GOMAXPROCS(0)
+	if cfg.BackgroundSeats <= 0 {
+		cfg.BackgroundSeats = max(1, cores/2)
+	}
+	if cfg.Seats <= 0 {
+		cfg.Seats = 2 * cores
+		// Every seat must find a connection, background ones included.
+		if cfg.PoolSize > 0 {
+			cfg.Seats = max(1, min(cfg.Seats, cfg.PoolSize-cfg.BackgroundSeats))
 		}
 	}
-	if cfg.Reserve <= 0 {
-		cfg.Reserve = max(6, cfg.Capacity/2)
+	if cfg.BackloggedSeats <= 0 {
+		cfg.BackloggedSeats = max(1, cores/2)
+	}
+	cfg.BackloggedSeats = min(cfg.BackloggedSeats, cfg.Seats)
+	if cfg.QueueLength <= 0 {
+		cfg.QueueLength = DefaultQueueLength
+	}
+	if cfg.WaitBound <= 0 {
+		cfg.WaitBound = DefaultWaitBound
 	}
 	if cfg.ActiveWindow <= 0 {
 		cfg.ActiveWindow = DefaultActiveWindow
 	}
+	if cfg.SparseAfterRefusal <= 0 {
+		cfg.SparseAfterRefusal = DefaultSparseAfterRefusal
+	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	if cfg.Hold == 0 {
-		cfg.Hold = DefaultHold
-	}
-	if cfg.Hold < 0 {
-		cfg.Hold = 0
-	}
-	if cfg.Spread == 0 {
-		cfg.Spread = DefaultSpread
-	}
-	if cfg.Spread < 0 {
-		cfg.Spread = 0
-	}
-	if cfg.HotAfter <= 0 {
-		cfg.HotAfter = DefaultHotAfter
-	}
-	if cfg.FreshFor == 0 {
-		cfg.FreshFor = cfg.ActiveWindow
-	}
-	if cfg.HeavyAt <= 0 {
-		cfg.HeavyAt = DefaultHeavyAt
-	}
-	if cfg.Memory <= 0 {
-		cfg.Memory = DefaultMemory
-	}
-	cfg.Memory = max(cfg.Memory, 2*cfg.ActiveWindow)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
 	}
 	return cfg
 }
 
-// realm is one realm's state. It lives for Memory after the realm's last
-// request.
-type realm struct {
-	name     string
-	inflight int
-	active   bool // counted in Controller.active
-	waiting  int  // work in the queue
-	lastSeen time.Time
-	// Refusals and admissions in the current and the previous window.
-	refusedCur, refusedPrev   int
-	admittedCur, admittedPrev int
-	// busyCur and busyPrev integrate the realm's slots in flight over time
-	// (slot-nanoseconds) in the current and the previous window; busySince
-	// is when inflight last changed.
-	busyCur, busyPrev float64
-	activeSince       time.Time // when it last became active
-	busySince         time.Time
-	windowStart       time.Time
-	hot               bool // logged as hot in this episode
-	probationLogged   bool // logged as refused on probation
-	gauge             prometheus.Gauge
-	admitted          map[string]prometheus.Counter
-}
-
-// Controller admits work per realm. It is safe for concurrent use.
+// Controller dispatches work to seats, fairly between flows. It is safe for
+// concurrent use.
 type Controller struct {
-	cfg Config
-	m   *metrics
-
+	cfg    Config
+	m      *metrics
 	mu     sync.Mutex
-	realms map[string]*realm
-	active int // realms marked active, as of the last sweep
-	// settled counts the active realms past their first FreshFor, as of the
-	// last sweep: while there are any, new realms are held back.
-	settled int
-	// nextSettle is when the next active new realm stops being new, so the
-	// sweep counts it as settled then (zero: no new realm is active).
-	nextSettle time.Time
-	total      int // slots in flight, all realms
-	// hotInflight counts the slots in flight taken by realms that were hot
-	// when they took them.
-	hotInflight int
-	// newInflight counts the slots in flight taken by new realms while
-	// settled realms were active: together they hold at most newCap.
-	newInflight int
-	lastSweep   time.Time
-	// queue holds the work waiting for a slot, oldest first. A release
-	// hands its slot straight to the first waiter that may take it, so a
-	// release wakes one goroutine, not every waiter.
-	queue []*waiter
-
-	holds atomic.Int64 // refusals being held right now
-
-	onWait func() // test hook: background work has started waiting
+	levels [numLevels]*level
+	// active counts interactive flows with a request within ActiveWindow or
+	// work in flight or queued; recounted by sweep, raised on arrival.
+	active    int
+	lastSweep time.Time
 }
+
+// level is one priority level's seats and queues.
+type level struct {
+	lvl        Level
+	seats      int
+	inUse      int
+	backlogged int // seats held by work taken from the flows' queues
+	sparse     []*waiter
+	flows      map[string]*flow
+	queued     int     // waiters in the flows' queues
+	vnow       float64 // virtual time: the start tag of the last dispatch
+	avgService float64 // EWMA of service time, seconds: a new flow's estimate
+}
+
+// flow is one realm's state at one level.
+type flow struct {
+	name       string
+	lvl        *level
+	inflight   int
+	queue      []*waiter
+	sparseWait int     // its waiters in the level's sparse queue
+	vt         float64 // virtual finish time of its last dispatched work, seat-seconds
+	estimate   float64 // EWMA of its service time, seconds
+	lastSeen   time.Time
+	activeTill time.Time
+	refusedAt  time.Time
+	loggedAt   time.Time
+	fm         *flowMetrics
+}
+
+func (f *flow) idle() bool { return f.inflight == 0 && len(f.queue) == 0 && f.sparseWait == 0 }
 
 // New returns a controller sized by cfg (see Config.Sized). Its metrics are
 // registered on reg when reg is not nil.
 func New(cfg Config, reg prometheus.Registerer) *Controller {
 	cfg = cfg.Sized()
-	c := &Controller{
-		cfg:    cfg,
-		realms: make(map[string]*realm),
+	c := &Controller{cfg: cfg}
+	for l := range numLevels {
+		seats := cfg.Seats
+		if l == Background {
+			seats = cfg.BackgroundSeats
+		}
+		c.levels[l] = &level{lvl: l, seats: seats, flows: map[string]*flow{}, avgService: 0.001}
 	}
 	c.m = newMetrics(c, reg)
-	c.lastSweep = cfg.Now()
 	return c
 }
 
 // Config returns the controller's configuration, with automatic values filled in.
 func (c *Controller) Config() Config { return c.cfg }
 
-// Refusal is why work was not admitted.
-type Refusal struct {
-	Reason string
-	// Hold is how long to wait before answering, for a hot realm.
-	Hold time.Duration
-}
+const refusalMessage = "this realm has as much work waiting as it may have now; retry after Retry-After"
 
-// share is each active realm's share. c.mu is held.
-func (c *Controller) share() int {
-	e := c.effective()
-	if c.active <= 1 {
-		return e
-	}
-	return max(1, e/c.active)
-}
-
-// effective is the capacity realms share now: all of it for a realm alone,
-// half of it (one slot per core by default) when realms compete. c.mu is held.
-func (c *Controller) effective() int {
-	if c.active <= 1 {
-		return c.cfg.Capacity
-	}
-	return max(1, c.cfg.Capacity/2)
-}
-
-// sweep, at most four times a window and when a new realm settles, stops
-// counting realms that have gone quiet as active, counts the settled ones
-// again, and forgets realms idle for Memory. c.mu is held.
-func (c *Controller) sweep(now time.Time) {
-	settling := !c.nextSettle.IsZero() && !now.Before(c.nextSettle)
-	if now.Sub(c.lastSweep) < c.cfg.ActiveWindow/4 && !settling {
-		return
-	}
-	c.lastSweep = now
-	c.settled = 0
-	c.nextSettle = time.Time{}
-	for name, r := range c.realms {
-		idle := now.Sub(r.lastSeen)
-		if r.inflight > 0 || r.waiting > 0 || idle < c.cfg.ActiveWindow {
-			c.tally(r, now)
-			continue
-		}
-		if r.active {
-			r.active = false
-			c.active--
-		}
-		if idle >= c.cfg.Memory {
-			delete(c.realms, name)
-			c.m.forget(name)
-		}
-	}
-}
-
-// lookup returns realm's state, counting it as active from now. c.mu is held.
-func (c *Controller) lookup(name string, now time.Time) *realm {
-	r := c.realms[name]
-	if r == nil {
-		r = &realm{name: name, admitted: make(map[string]prometheus.Counter, 1)}
-		r.gauge = c.m.inflight.WithLabelValues(name)
-		c.realms[name] = r
-	}
-	if !r.active {
-		r.activeSince, r.probationLogged = now, false
-		r.active = true
-		c.active++
-		c.tally(r, now)
-	}
-	return r
-}
-
-// tally counts r, active, as settled, or notes when it will stop being new.
-// c.mu is held.
-func (c *Controller) tally(r *realm, now time.Time) {
-	if !c.isNew(r, now) {
-		c.settled++
-		return
-	}
-	at := r.activeSince.Add(c.cfg.FreshFor)
-	if c.nextSettle.IsZero() || at.Before(c.nextSettle) {
-		c.nextSettle = at
-	}
-}
-
-// Admit tries to admit one unit of work of class for realm, at once. On
-// success it returns release, which must be called exactly once when the work
-// is done (calling it again does nothing).
-func (c *Controller) Admit(realmName, class string) (release func(), refusal *Refusal) {
-	if c.cfg.Off {
-		c.m.admitted.WithLabelValues(realmName, class).Inc()
-		return func() {}, nil
-	}
-	now := c.cfg.Now()
-	c.mu.Lock()
-	r, release, reason, held := c.try(realmName, class, now)
-	if reason != "" {
-		r.refusedCur++ // check has rotated r's windows to now
-		hot := c.hot(r, now)
-		var turned, probation bool
-		if reason == ReasonNewRealm {
-			probation = !r.probationLogged
-			r.probationLogged = true
-		} else {
-			turned = hot && !r.hot
-			r.hot = hot
-		}
-		var inflight, share, total, refusedN, newInflight int
-		var heavy bool
-		if turned || probation {
-			inflight, share, total, newInflight = r.inflight, c.share(), c.total, c.newInflight
-			heavy, refusedN = c.heavy(r, now), r.refusedCur+r.refusedPrev
-		}
-		c.mu.Unlock()
-		if turned && c.cfg.Log != nil {
-			c.cfg.Log.Warn("fairness: realm is over its share and keeps asking; refusing with a hold",
-				slog.String("realm", realmName), slog.String("reason", reason),
-				slog.Int("inflight", inflight), slog.Int("share", share), slog.Int("total", total),
-				slog.Bool("heavy", heavy), slog.Int("refused", refusedN))
-		}
-		if probation && c.cfg.Log != nil {
-			c.cfg.Log.Info("fairness: new realm asks for more than new realms may run at once; its requests wait their turn",
-				slog.String("realm", realmName), slog.String("reason", reason),
-				slog.Int("new_inflight", newInflight), slog.Int("total", total))
-		}
-		ref := &Refusal{Reason: reason}
-		if held || hot {
-			ref.Hold = c.cfg.Hold
-		} else {
-			c.m.refused.WithLabelValues(realmName, class, reason).Inc()
-		}
-		return nil, ref
-	}
-	c.mu.Unlock()
-	return release, nil
-}
-
-// try takes a slot for realm's work of class if check allows it now, and
-// returns the realm's state with the slot's release, or why it may not and
-// whether that refusal is one to hold. c.mu is held.
-func (c *Controller) try(realmName, class string, now time.Time) (r *realm, release func(), reason string, held bool) {
-	c.sweep(now)
-	r = c.lookup(realmName, now)
-	r.lastSeen = now
-	request := class == ClassRequest
-	reason, held, t := c.check(r, now, request)
-	if reason == "" {
-		release = c.admitFor(r, class, request, now, t)
-	}
-	return r, release, reason, held
-}
-
-// CountRefusal counts a held refusal that found no slot within its hold:
-// Admit leaves those to the caller, which may still admit the request.
-func (c *Controller) CountRefusal(realmName, class string, ref *Refusal) {
-	c.m.refused.WithLabelValues(realmName, class, ref.Reason).Inc()
-}
-
-// AdmitWithin waits up to d (or until ctx ends) for a slot that Admit
-// refused, trying again each time a slot is released. It counts no further
-// refusal: the one that sent the request here was counted.
-func (c *Controller) AdmitWithin(ctx context.Context, realmName, class string, d time.Duration) (release func(), ok bool) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	return c.waitForSlot(ctx, realmName, class, timer.C)
-}
-
-// waiter is work waiting in the queue for a slot.
-type waiter struct {
-	r       *realm
-	class   string
-	request bool
-	ready   chan func() // gets the release of the slot handed to it
-}
-
-// waitForSlot admits work of class in realm as soon as check allows it, in
-// turn with other waiting work, until ctx ends or timeout fires (nil:
-// never). A request may take the reserve and counts as an admission of its
-// realm; background work may not and does not.
-func (c *Controller) waitForSlot(ctx context.Context, realmName, class string, timeout <-chan time.Time) (func(), bool) {
-	now := c.cfg.Now()
-	c.mu.Lock()
-	r, release, reason, _ := c.try(realmName, class, now)
-	if reason == "" {
-		c.mu.Unlock()
-		return release, true
-	}
-	request := class == ClassRequest
-	w := &waiter{r: r, class: class, request: request, ready: make(chan func(), 1)}
-	c.queue = append(c.queue, w)
-	r.waiting++
-	c.mu.Unlock()
-	if c.onWait != nil && !request {
-		c.onWait()
-	}
-	select {
-	case release := <-w.ready:
-		return release, true
-	case <-timeout:
-	case <-ctx.Done():
-	}
-	c.mu.Lock()
-	for i, q := range c.queue {
-		if q == w {
-			c.queue = append(c.queue[:i], c.queue[i+1:]...)
-			r.waiting--
-			c.mu.Unlock()
-			return nil, false
-		}
-	}
-	c.mu.Unlock()
-	// A slot was handed over as the wait ended: take it.
-	return <-w.ready, true
-}
-
-// admitFor takes a slot for r, which check has just allowed at now (and
-// whose windows it has rotated to now), and returns its release. c.mu is
-// held.
-func (c *Controller) admitFor(r *realm, class string, request bool, now time.Time, t taken) func() {
-	if request {
-		r.admittedCur++
-	}
-	c.admitLocked(r, class, t, now)
-	return c.releaser(r, t)
-}
-
-// handOff gives the slots a release freed to the waiters that may take
-// them, oldest first. c.mu is held.
-func (c *Controller) handOff(now time.Time) {
-	for i := 0; i < len(c.queue); {
-		w := c.queue[i]
-		reason, _, t := c.check(w.r, now, w.request)
-		if reason != "" {
-			i++
-			continue
-		}
-		c.queue = append(c.queue[:i], c.queue[i+1:]...)
-		w.r.waiting--
-		w.r.lastSeen = now
-		w.ready <- c.admitFor(w.r, w.class, w.request, now, t)
-	}
-}
-
-// rotate starts a new counting window for r when the current one is over.
-// c.mu is held.
-func (c *Controller) rotate(r *realm, now time.Time) {
-	c.accrue(r, now)
-	el := now.Sub(r.windowStart)
-	if el < c.cfg.ActiveWindow {
-		return
-	}
-	r.refusedPrev, r.admittedPrev, r.busyPrev = r.refusedCur, r.admittedCur, r.busyCur
-	if el >= 2*c.cfg.ActiveWindow {
-		r.refusedPrev, r.admittedPrev, r.busyPrev = 0, 0, 0
-	}
-	r.refusedCur, r.admittedCur, r.busyCur = 0, 0, 0
-	r.windowStart = now
-}
-
-// accrue adds r's slots in flight since the last change to its busy time.
-// c.mu is held.
-func (c *Controller) accrue(r *realm, now time.Time) {
-	if !r.busySince.IsZero() && now.After(r.busySince) {
-		r.busyCur += float64(r.inflight) * float64(now.Sub(r.busySince))
-	}
-	r.busySince = now
-}
-
-// heavy says whether r has held, on average over this window and the last,
-// HeavyAt slots or more: it keeps a core busy by itself. A realm that gets
-// what it asks for is never refused, so refusals alone cannot tell a realm
-// hogging the reserve from a light one; its time in flight can. c.mu is held.
-func (c *Controller) heavy(r *realm, now time.Time) bool {
-	span := float64(now.Sub(r.windowStart)) + float64(c.cfg.ActiveWindow)
-	return (r.busyCur+r.busyPrev)/span >= c.cfg.HeavyAt
-}
-
-// hot says whether r keeps asking for more than it gets — at least HotAfter
-// refusals in this window and the last, and at least one for every
-// hotRatio admissions (a storm is refused about as often as it is admitted;
-// a busy light realm caught by a moment of slowness is refused a handful of
-// times among hundreds of admissions, and must not be thrown in with the
-// storms for it) — or is heavy. c.mu is held.
-func (c *Controller) hot(r *realm, now time.Time) bool {
-	c.rotate(r, now)
-	refused := r.refusedCur + r.refusedPrev
-	if refused >= c.cfg.HotAfter && refused*hotRatio >= r.admittedCur+r.admittedPrev {
-		return true
-	}
-	return c.heavy(r, now)
-}
-
-// hotRatio: a realm refused less than once per hotRatio admissions is not
-// hot by its refusals.
-const hotRatio = 8
-
-// isNew says whether r was first seen less than FreshFor ago: it has no
-// history yet to show whether it is light. c.mu is held.
-func (c *Controller) isNew(r *realm, now time.Time) bool {
-	return c.cfg.FreshFor > 0 && now.Sub(r.activeSince) < c.cfg.FreshFor
-}
-
-// onProbation says whether r is held back as new: it is new and realms with a
-// history are at work beside it. c.mu is held.
-func (c *Controller) onProbation(r *realm, now time.Time) bool {
-	return c.active > 1 && c.settled > 0 && c.isNew(r, now)
-}
-
-// borrowMax is how many slots a light realm may hold beyond its share: all
-// of the reserve but one. c.mu is held.
-func (c *Controller) borrowMax() int { return max(1, c.cfg.Reserve-1) }
-
-// newCap is how many slots new realms on probation may hold together: as
-// many as hot realms, one on two cores. c.mu is held.
-func (c *Controller) newCap() int { return c.hotCap() }
-
-// hotCap is how many slots hot realms may hold together while realms
-// compete: half the shared capacity (one slot on two cores), so that sixteen
-// storming realms weigh on the cores no more than one does. c.mu is held.
-func (c *Controller) hotCap() int { return max(1, c.effective()/2) }
-
-// hotMay says whether a hot realm may take a slot while realms compete: only
-// within hotCap, and only while no light realm has work in flight, so that
-// light work never shares the cores with more than the one statement it found
-// running. A hot realm's request waits up to the Hold for such a moment
-// (AdmitWithin) rather than being refused at once. c.mu is held.
-func (c *Controller) hotMay() bool {
-	return c.hotInflight < c.hotCap() && c.total == c.hotInflight
-}
-
-// check says why r may not take a slot now, or "" when it may; whether the
-// refusal is one to hold (a hot or new realm's); and how a slot taken now
-// counts. It brings r's counting windows to now (hot rotates them), so the
-// caller may count the admission or refusal at once. c.mu is held.
-func (c *Controller) check(r *realm, now time.Time, mayReserve bool) (reason string, hold bool, t taken) {
-	share := c.share()
-	hot := c.hot(r, now)
-	if !hot {
-		r.hot = false // an episode is over
-	}
-	probation := c.onProbation(r, now)
-	t = taken{hot: hot, fresh: probation}
-	if c.active <= 1 && r.inflight < share {
-		return "", false, t // a realm alone may use the whole capacity
-	}
-	all := c.cfg.Capacity + c.cfg.Reserve
-	if probation {
-		// New realms take turns in their own few slots, within the
-		// capacity and the reserve but its last slot.
-		if c.newInflight < c.newCap() && c.total < all-1 {
-			return "", false, t
-		}
-		return ReasonNewRealm, true, t
-	}
-	if r.inflight < share && c.total < c.effective() && (!hot || c.hotMay()) {
-		return "", false, t
-	}
-	if mayReserve && !hot {
-		if r.inflight == 0 && c.total < all {
-			return "", false, t // an arriving realm
-		}
-		// Overlap: a light realm whose requests overlap (an answer was
-		// slow) may borrow the reserve but one slot beyond its share,
-		// from any slot but the last: a realm that turns into a storm
-		// leaves room for the others before it is refused and turns hot.
-		if c.total < all-1 && (c.active <= 1 || r.inflight < share+c.borrowMax()) {
-			return "", false, t
-		}
-	}
-	if r.inflight >= share {
-		return ReasonRealmLimit, hot, t
-	}
-	return ReasonCapacity, hot, t
-}
-
-// admitLocked takes a slot for r. c.mu is held.
-func (c *Controller) admitLocked(r *realm, class string, t taken, now time.Time) {
-	c.accrue(r, now)
-	r.inflight++
-	c.total++
-	if t.hot {
-		c.hotInflight++
-	}
-	if t.fresh {
-		c.newInflight++
-	}
-	r.gauge.Inc()
-	ctr := r.admitted[class]
-	if ctr == nil {
-		ctr = c.m.admitted.WithLabelValues(r.name, class)
-		r.admitted[class] = ctr
-	}
-	ctr.Inc()
-}
-
-// taken says how a slot counted when it was taken, so its release undoes the
-// same counts.
-type taken struct{ hot, fresh bool }
-
-func (c *Controller) releaser(r *realm, t taken) func() {
-	var done atomic.Bool
-	return func() {
-		if !done.CompareAndSwap(false, true) {
-			return
-		}
-		c.mu.Lock()
-		now := c.cfg.Now()
-		c.accrue(r, now)
-		r.inflight--
-		c.total--
-		if t.hot {
-			c.hotInflight--
-		}
-		if t.fresh {
-			c.newInflight--
-		}
-		r.lastSeen = now
-		r.gauge.Dec()
-		if len(c.queue) > 0 {
-			c.handOff(now)
-		}
-		c.mu.Unlock()
-	}
-}
-
-// heldKey marks a context whose request holds a slot.
-type heldKey struct{}
-
-type held struct {
-	realm    string
-	released atomic.Bool
-}
-
-// Acquire takes a slot for work of class in realm. A request (ClassRequest)
-// is admitted at once or refused with a coded concurrency_limited error.
-// Background work waits, while ctx lasts, for a slot within its realm's share
-// and the Capacity; it never takes the reserve. Inside a request that holds a
-// slot of the same realm (ctx from the middleware) Acquire is reentrant and
-// the work runs under the request's slot.
-//
-// Acquire's signature is the grid's Gate interface.
-func (c *Controller) Acquire(ctx context.Context, realmName, class string) (func(), error) {
-	if h, ok := ctx.Value(heldKey{}).(*held); ok && h.realm == realmName && !h.released.Load() {
-		c.m.admitted.WithLabelValues(realmName, class).Inc()
-		return func() {}, nil
-	}
-	if class == ClassRequest || c.cfg.Off {
-		release, ref := c.Admit(realmName, class)
-		if ref != nil && ref.Hold > 0 {
-			if rel, ok := c.AdmitWithin(ctx, realmName, class, ref.Hold); ok {
-				return rel, nil
-			}
-			c.CountRefusal(realmName, class, ref)
-		}
-		if ref != nil {
-			return nil, c.refusalError(ref)
-		}
-		return release, nil
-	}
-	if release, ok := c.waitForSlot(ctx, realmName, class, nil); ok {
-		return release, nil
-	}
-	c.m.refused.WithLabelValues(realmName, class, ReasonCanceled).Inc()
-	return nil, &appdor.Error{Code: appdor.EConcurrencyLimited,
-		Message: "this realm's background work found no free slot in time", RetryAfter: c.cfg.RetryAfter}
-}
-
-func (c *Controller) refusalError(ref *Refusal) *appdor.Error {
+// refusal is the coded error of a refused unit.
+func (c *Controller) refusal(reason string) *appdor.Error {
 	return &appdor.Error{
 		Code:       appdor.EConcurrencyLimited,
 		Message:    refusalMessage,
-		Details:    map[string]string{"reason": ref.Reason},
+		Details:    map[string]string{"reason": reason},
 		RetryAfter: c.cfg.RetryAfter,
 	}
 }
 
-const refusalMessage = "this realm has as much work in flight as it may have now; retry after Retry-After"
-
-// withHeld returns ctx marked as holding realm's slot.
-func withHeld(ctx context.Context, h *held) context.Context {
-	return context.WithValue(ctx, heldKey{}, h)
+// Acquire takes a seat for one unit of flow's work at level lvl, waiting in
+// the flow's queue if none is free: an interactive unit up to WaitBound,
+// background work while ctx lasts. On success it returns release, to be
+// called exactly once when the work is done (later calls do nothing). A
+// refusal is an *appdor.Error with code concurrency_limited, its reason in
+// Details and a Retry-After.
+func (c *Controller) Acquire(ctx context.Context, flowName string, lvl Level) (release func(), err error) {
+	s, reason := c.acquire(ctx, flowName, lvl)
+	if s == nil {
+		return nil, c.refusal(reason)
+	}
+	return s.release, nil
 }
 
-// Inflight is realm's work in flight now.
-func (c *Controller) Inflight(realmName string) int {
+// seat is one unit's hold on a seat.
+type seat struct {
+	c      *Controller
+	f      *flow
+	start  time.Time
+	sparse bool
+	charge float64 // the estimate charged to its flow's virtual time at start
+	done   bool    // under c.mu
+}
+
+// acquire is Acquire without the error: the seat, or the refusal's reason.
+func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*seat, string) {
+	if c.cfg.Off {
+		return &seat{}, ""
+	}
+	c.mu.Lock()
+	now := c.cfg.Clock.Now()
+	c.sweep(now)
+	l := c.levels[lvl]
+	f := c.lookup(l, flowName, now)
+	sparse := lvl == Interactive && f.idle() && (f.refusedAt.IsZero() || now.Sub(f.refusedAt) >= c.cfg.SparseAfterRefusal)
+	// At once, when nobody waits ahead and a seat is free to take.
+	if l.inUse < l.seats && len(l.sparse) == 0 && (sparse || (l.queued == 0 && l.backlogged < c.backlogCap(l))) {
+		s := c.start(l, f, sparse, now)
+		f.fm.waited.Observe(0)
+		c.mu.Unlock()
+		return s, ""
+	}
+	if lvl == Interactive && len(f.queue)+f.sparseWait >= c.cfg.QueueLength {
+		c.refuse(f, ReasonQueueFull, now)
+		c.mu.Unlock()
+		return nil, ReasonQueueFull
+	}
+	w := &waiter{f: f, sparse: sparse, enqueued: now, ready: make(chan struct{})}
+	if sparse {
+		l.sparse = append(l.sparse, w)
+		f.sparseWait++
+	} else {
+		if len(f.queue) == 0 {
+			// A flow that becomes backlogged starts at the current virtual time.
+			f.vt = max(f.vt, l.vnow)
+		}
+		f.queue = append(f.queue, w)
+		l.queued++
+	}
+	f.fm.queue.Inc()
+	c.dispatch(l, now)
+	if w.state == waitQueued && lvl == Interactive {
+		w.stop = c.cfg.Clock.AfterFunc(c.cfg.WaitBound, func() { c.expire(w) })
+	}
+	c.mu.Unlock()
+
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		c.mu.Lock()
+		state := w.state
+		if state == waitQueued {
+			c.unqueue(w)
+			w.state = waitRefused
+			w.reason = ReasonCanceled
+			f.fm.refused(ReasonCanceled).Inc()
+		}
+		c.mu.Unlock()
+		if state == waitDispatched {
+			if w.stop != nil {
+				w.stop()
+			}
+			w.seat.release() // it was ours, but the caller is gone
+			return nil, ReasonCanceled
+		}
+	}
+	if w.stop != nil {
+		w.stop()
+	}
+	if w.state != waitDispatched {
+		return nil, w.reason
+	}
+	return w.seat, ""
+}
+
+// Waiter states; changed under c.mu, read by the waiter after ready closes.
+const (
+	waitQueued = iota
+	waitDispatched
+	waitRefused
+)
+
+// waiter is a unit of work waiting in a queue.
+type waiter struct {
+	f        *flow
+	sparse   bool
+	enqueued time.Time
+	ready    chan struct{}
+	state    int
+	reason   string
+	seat     *seat
+	stop     func() bool
+}
+
+// lookup returns flowName's state at l, counting it as active from now. c.mu
+// is held.
+func (c *Controller) lookup(l *level, name string, now time.Time) *flow {
+	f := l.flows[name]
+	if f == nil {
+		f = &flow{name: name, lvl: l, estimate: l.avgService, vt: l.vnow, fm: c.m.flow(name, l.lvl)}
+		l.flows[name] = f
+	}
+	if l.lvl == Interactive && !now.Before(f.activeTill) && f.idle() {
+		c.active++ // sweep recounts; until then an arrival counts once
+	}
+	f.lastSeen = now
+	f.activeTill = now.Add(c.cfg.ActiveWindow)
+	return f
+}
+
+// sweep, at most four times an ActiveWindow, recounts the active flows and
+// forgets flows idle for a minute. c.mu is held.
+func (c *Controller) sweep(now time.Time) {
+	if now.Sub(c.lastSweep) < c.cfg.ActiveWindow/4 {
+		return
+	}
+	c.lastSweep = now
+	c.active = 0
+	for _, l := range c.levels {
+		for name, f := range l.flows {
+			if !f.idle() {
+				if l.lvl == Interactive {
+					c.active++
+				}
+				continue
+			}
+			if now.Before(f.activeTill) {
+				if l.lvl == Interactive {
+					c.active++
+				}
+				continue
+			}
+			if now.Sub(f.lastSeen) >= forgetAfter && now.Sub(f.refusedAt) >= forgetAfter {
+				delete(l.flows, name)
+				f.fm.forget()
+			}
+		}
+	}
+}
+
+// backlogCap is how many seats work from the queues may hold at l now: all
+// of them for a flow alone, BackloggedSeats while several are active.
+// c.mu is held.
+func (c *Controller) backlogCap(l *level) int {
+	if l.lvl == Background || c.active <= 1 {
+		return l.seats
+	}
+	return c.cfg.BackloggedSeats
+}
+
+// start gives f a seat at l. c.mu is held.
+func (c *Controller) start(l *level, f *flow, sparse bool, now time.Time) *seat {
+	l.inUse++
+	if !sparse {
+		l.backlogged++
+	}
+	f.inflight++
+	// Charge the estimate now, so that a flow with many units in flight
+	// falls behind before they finish; release corrects it.
+	f.vt = max(f.vt, l.vnow)
+	l.vnow = max(l.vnow, f.vt)
+	f.vt += f.estimate
+	f.fm.seats.Inc()
+	f.fm.dispatched.Inc()
+	return &seat{c: c, f: f, start: now, sparse: sparse, charge: f.estimate}
+}
+
+// dispatch fills l's free seats: sparse waiters first, in arrival order, then
+// the backlogged flow with the lowest virtual time. c.mu is held.
+func (c *Controller) dispatch(l *level, now time.Time) {
+	for l.inUse < l.seats {
+		if len(l.sparse) > 0 {
+			w := l.sparse[0]
+			l.sparse[0] = nil
+			l.sparse = l.sparse[1:]
+			w.f.sparseWait--
+			c.hand(l, w, now)
+			continue
+		}
+		if l.queued == 0 || l.backlogged >= c.backlogCap(l) {
+			return
+		}
+		var next *flow
+		for _, f := range l.flows {
+			if len(f.queue) > 0 && (next == nil || f.vt < next.vt) {
+				next = f
+			}
+		}
+		w := next.queue[0]
+		next.queue[0] = nil
+		next.queue = next.queue[1:]
+		l.queued--
+		c.hand(l, w, now)
+	}
+}
+
+// hand gives waiter w a seat and wakes it. c.mu is held.
+func (c *Controller) hand(l *level, w *waiter, now time.Time) {
+	w.seat = c.start(l, w.f, w.sparse, now)
+	w.state = waitDispatched
+	w.f.fm.queue.Dec()
+	w.f.fm.waited.Observe(now.Sub(w.enqueued).Seconds())
+	close(w.ready)
+}
+
+// expire refuses w if it still waits when its wait bound fires.
+func (c *Controller) expire(w *waiter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r := c.realms[realmName]; r != nil {
-		return r.inflight
+	if w.state != waitQueued {
+		return
+	}
+	c.unqueue(w)
+	w.state = waitRefused
+	w.reason = ReasonWaitExpired
+	c.refuse(w.f, ReasonWaitExpired, c.cfg.Clock.Now())
+	close(w.ready)
+}
+
+// unqueue takes a queued w out of its queue. c.mu is held.
+func (c *Controller) unqueue(w *waiter) {
+	f, l := w.f, w.f.lvl
+	f.fm.queue.Dec()
+	if w.sparse {
+		l.sparse = remove(l.sparse, w)
+		f.sparseWait--
+		return
+	}
+	f.queue = remove(f.queue, w)
+	l.queued--
+}
+
+func remove(q []*waiter, w *waiter) []*waiter {
+	for i, x := range q {
+		if x == w {
+			copy(q[i:], q[i+1:])
+			q[len(q)-1] = nil
+			return q[:len(q)-1]
+		}
+	}
+	return q
+}
+
+// refuse counts a refusal of f's work, and logs the first of an episode.
+// c.mu is held.
+func (c *Controller) refuse(f *flow, reason string, now time.Time) {
+	f.fm.refused(reason).Inc()
+	first := f.refusedAt.IsZero() || now.Sub(f.refusedAt) >= episodeGap
+	f.refusedAt = now
+	if first && c.cfg.Log != nil {
+		l := f.lvl
+		c.cfg.Log.Warn("fairness: concurrency_limited",
+			slog.String("realm", f.name), slog.String("level", l.lvl.String()), slog.String("reason", reason),
+			slog.Int("inflight", f.inflight), slog.Int("queued", len(f.queue)+f.sparseWait),
+			slog.Int("seats_in_use", l.inUse), slog.Int("seats", l.seats), slog.Int("active_realms", c.active))
+	}
+}
+
+// release gives the seat back, corrects its flow's virtual time by the
+// measured service time and hands the seat on.
+func (s *seat) release() {
+	c := s.c
+	if c == nil {
+		return // the controller is off
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.done {
+		return
+	}
+	s.done = true
+	now := c.cfg.Clock.Now()
+	f, l := s.f, s.f.lvl
+	service := max(now.Sub(s.start).Seconds(), 0)
+	f.vt += service - s.charge
+	f.estimate += (service - f.estimate) / 8
+	l.avgService += (service - l.avgService) / 64
+	f.inflight--
+	l.inUse--
+	if !s.sparse {
+		l.backlogged--
+	}
+	f.lastSeen = now
+	f.fm.seats.Dec()
+	c.dispatch(l, now)
+}
+
+// InUse is the seats in use at lvl now.
+func (c *Controller) InUse(lvl Level) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.levels[lvl].inUse
+}
+
+// Queued is how many of flow's units wait for a seat at lvl now.
+func (c *Controller) Queued(flowName string, lvl Level) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.levels[lvl].flows[flowName]; f != nil {
+		return len(f.queue) + f.sparseWait
 	}
 	return 0
 }
 
-// Total is the work in flight now, all realms.
-func (c *Controller) Total() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.total
-}
-
-// Share is each active realm's share now.
-func (c *Controller) Share() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sweep(c.cfg.Now())
-	return c.share()
-}
-
-// Active is the number of active realms now.
+// Active is the number of interactive flows active now.
 func (c *Controller) Active() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sweep(c.cfg.Now())
+	c.sweep(c.cfg.Clock.Now())
 	return c.active
 }

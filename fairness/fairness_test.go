@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,32 +16,67 @@ import (
 	"github.com/appdor/appdor"
 )
 
-// clock is a hand-driven clock: no test here sleeps or reads the time.
+// clock is a fake Clock: time moves only when a test advances it, and the
+// wait bounds' timers fire then.
 type clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu     sync.Mutex
+	now    time.Time
+	timers []*timer
 }
 
-func (k *clock) now() time.Time {
+type timer struct {
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (k *clock) Now() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.t
+	return k.now
 }
 
+func (k *clock) AfterFunc(d time.Duration, f func()) func() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	t := &timer{at: k.now.Add(d), f: f}
+	k.timers = append(k.timers, t)
+	return func() bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		was := !t.stopped
+		t.stopped = true
+		return was
+	}
+}
+
+// advance moves the clock and runs the timers that are due.
 func (k *clock) advance(d time.Duration) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.t = k.t.Add(d)
+	k.now = k.now.Add(d)
+	var due []*timer
+	rest := k.timers[:0]
+	for _, t := range k.timers {
+		switch {
+		case t.stopped:
+		case !t.at.After(k.now):
+			t.stopped = true
+			due = append(due, t)
+		default:
+			rest = append(rest, t)
+		}
+	}
+	k.timers = rest
+	k.mu.Unlock()
+	for _, t := range due {
+		t.f()
+	}
 }
 
-// setup returns a controller with capacity 2 and reserve 2 (this machine's
-// defaults) on a hand-driven clock, and its registry.
 func setup(t *testing.T, mutate func(*Config)) (*Controller, *clock, *prometheus.Registry) {
 	t.Helper()
-	k := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	// Most tests look at shares and the reserve; probation for fresh realms
-	// is off unless a test turns it on.
-	cfg := Config{Capacity: 2, Reserve: 2, Now: k.now, FreshFor: -1}
+	k := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg := Config{Seats: 4, BackgroundSeats: 1, BackloggedSeats: 1, QueueLength: 8, WaitBound: 50 * time.Millisecond, Clock: k}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -48,454 +84,463 @@ func setup(t *testing.T, mutate func(*Config)) (*Controller, *clock, *prometheus
 	return New(cfg, reg), k, reg
 }
 
-// admitN admits n requests of realm, failing when one is refused.
-func admitN(t *testing.T, c *Controller, realm string, n int) []func() {
+// grant is what one Acquire came back with.
+type grant struct {
+	flow    string
+	release func()
+	err     error
+}
+
+// ask starts an Acquire in its own goroutine; its grant arrives on out.
+func ask(c *Controller, flow string, lvl Level, out chan<- grant) {
+	go func() {
+		rel, err := c.Acquire(context.Background(), flow, lvl)
+		out <- grant{flow, rel, err}
+	}()
+}
+
+// now acquires a seat that must be granted at once.
+func now(t *testing.T, c *Controller, flow string) func() {
 	t.Helper()
-	var rels []func()
-	for i := range n {
-		rel, ref := c.Admit(realm, ClassRequest)
-		require.Nil(t, ref, "%s request %d refused", realm, i)
-		rels = append(rels, rel)
-	}
-	return rels
+	rel, err := c.Acquire(context.Background(), flow, Interactive)
+	require.NoError(t, err)
+	return rel
 }
 
-func refused(t *testing.T, c *Controller, realm string) *Refusal {
+// awaitQueued waits until flow has n units waiting at lvl.
+func awaitQueued(t *testing.T, c *Controller, flow string, lvl Level, n int) {
 	t.Helper()
-	rel, ref := c.Admit(realm, ClassRequest)
-	if rel != nil {
-		rel()
-	}
-	require.NotNil(t, ref, "%s was admitted, want refused", realm)
-	return ref
+	require.Eventually(t, func() bool { return c.Queued(flow, lvl) == n }, 5*time.Second, time.Millisecond,
+		"%s: expected %d waiting", flow, n)
 }
 
-// value reads a counter or gauge.
-func value(c prometheus.Metric) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
+func next(t *testing.T, out <-chan grant) grant {
+	t.Helper()
+	select {
+	case g := <-out:
+		return g
+	case <-time.After(5 * time.Second):
+		t.Fatal("no grant")
+		return grant{}
 	}
-	if m.Counter != nil {
-		return m.Counter.GetValue()
-	}
-	return m.Gauge.GetValue()
 }
 
-func releaseAll(rels []func()) {
-	for _, r := range rels {
-		r()
+func none(t *testing.T, out <-chan grant) {
+	t.Helper()
+	select {
+	case g := <-out:
+		t.Fatalf("unexpected grant for %s (err %v)", g.flow, g.err)
+	case <-time.After(20 * time.Millisecond):
 	}
+}
+
+func reason(err error) string {
+	var e *appdor.Error
+	if errors.As(err, &e) {
+		if d, ok := e.Details.(map[string]string); ok {
+			return d["reason"]
+		}
+	}
+	return ""
 }
 
 func TestSized(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Capacity: 0, PoolSize: 4}.Sized()
-	require.Equal(t, 2, cfg.Reserve)
-	require.Equal(t, 2, cfg.Capacity, "capacity and reserve fit the pool")
-	cfg = Config{Capacity: 0, PoolSize: 16}.Sized()
-	require.LessOrEqual(t, cfg.Capacity+cfg.Reserve, 16)
-	cfg = Config{Capacity: 32}.Sized()
-	require.Equal(t, 16, cfg.Reserve)
-	require.Equal(t, DefaultActiveWindow, cfg.FreshFor)
-	require.Equal(t, DefaultMemory, cfg.Memory)
-	require.Equal(t, DefaultActiveWindow, cfg.ActiveWindow)
-	require.Equal(t, DefaultHold, cfg.Hold)
-	require.Equal(t, time.Duration(0), Config{Capacity: 2, Hold: -1}.Sized().Hold)
+	cfg := Config{PoolSize: 3}.Sized()
+	require.Equal(t, 2, cfg.Seats, "seats and background seats fit the pool")
+	require.GreaterOrEqual(t, cfg.BackgroundSeats, 1)
+	require.LessOrEqual(t, cfg.BackloggedSeats, cfg.Seats)
+	require.Equal(t, DefaultWaitBound, cfg.WaitBound)
+	require.Equal(t, DefaultQueueLength, cfg.QueueLength)
 }
 
-// heat makes realm hot: refused HotAfter times while it holds what it has.
-func heat(t *testing.T, c *Controller, realm string) {
-	t.Helper()
-	for range DefaultHotAfter {
-		refused(t, c, realm)
-	}
-}
-
-func TestAloneUsesTheWholeCapacity(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 6 })
-	// The capacity, then the reserve but its last slot.
-	rels := admitN(t, c, "a", 7)
-	require.Equal(t, ReasonRealmLimit, refused(t, c, "a").Reason)
-	// The last slot is there for an arriving realm.
-	b := admitN(t, c, "b", 1)
-	require.Equal(t, ReasonCapacity, refused(t, c, "c").Reason)
-	releaseAll(rels)
-	releaseAll(b)
-	require.Equal(t, 0, c.Total())
-}
-
-func TestARealmWithWorkInFlightStaysActive(t *testing.T) {
-	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 8; cfg.Reserve = 1 })
-	slow := admitN(t, c, "slow", 1)
-	k.advance(10 * DefaultActiveWindow)
-	releaseAll(admitN(t, c, "a", 1))
-	require.Equal(t, 2, c.Active())
-	require.Equal(t, 2, c.Share())
-	releaseAll(slow)
-}
-
-func TestAnUnluckyRealmIsNotHot(t *testing.T) {
+// A realm alone uses every seat, and its excess waits in its queue behind
+// nobody: the next free seat is its own.
+func TestARealmAloneUsesEverySeatAndWaitsBehindNobody(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, nil)
-	a := admitN(t, c, "a", 3)
-	b := admitN(t, c, "b", 1) // the last slot
-	ref := refused(t, c, "c")
-	require.Equal(t, ReasonCapacity, ref.Reason)
-	require.Zero(t, ref.Hold, "a realm refused once is answered at once")
-	b[0]()
-	releaseAll(admitN(t, c, "c", 1)) // still eligible for the reserve
-	releaseAll(a)
+	var rels []func()
+	for range 4 {
+		rels = append(rels, now(t, c, "lone"))
+	}
+	require.Equal(t, 4, c.InUse(Interactive))
+	out := make(chan grant, 1)
+	ask(c, "lone", Interactive, out)
+	awaitQueued(t, c, "lone", Interactive, 1)
+	rels[0]()
+	g := next(t, out)
+	require.NoError(t, g.err)
+	g.release()
+	for _, r := range rels[1:] {
+		r()
+	}
+	require.Equal(t, 0, c.InUse(Interactive))
 }
 
-func TestABusyRealmRefusedNowAndThenIsNotHot(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6 })
-	for range 100 {
-		releaseAll(admitN(t, c, "busy", 1))
+// stormed makes storms as they are in steady state: each was refused (its
+// first, sparse, request's wait expired) and has units queued.
+func stormed(t *testing.T, c *Controller, k *clock, storms []string, queued int, out chan<- grant) {
+	t.Helper()
+	expired := make(chan grant, len(storms))
+	for _, s := range storms {
+		ask(c, s, Interactive, expired)
+		awaitQueued(t, c, s, Interactive, 1)
 	}
-	// A moment of slowness: its requests pile up and a few are refused.
-	var room []func()
-	for i := 0; c.Total() < 9; i++ {
-		more, _ := fill(c, fmt.Sprintf("other%d", i))
-		room = append(room, more...)
+	k.advance(c.cfg.WaitBound)
+	for range storms {
+		require.Equal(t, ReasonWaitExpired, reason(next(t, expired).err))
 	}
-	piled := admitN(t, c, "busy", 1) // the last slot
-	for range 2 * DefaultHotAfter {
-		require.Zero(t, refused(t, c, "busy").Hold, "refused 8 times in 108 requests: not hot")
+	for _, s := range storms {
+		for range queued {
+			ask(c, s, Interactive, out)
+		}
+		awaitQueued(t, c, s, Interactive, queued)
 	}
-	releaseAll(room)
-	releaseAll(piled)
 }
 
-func TestHammeringRealmIsHeld(t *testing.T) {
+// A sparse request — its realm has nothing in flight or queued — is served
+// at the next free seat, ahead of every backlogged storm: one or sixteen.
+func TestASparseRequestGoesBeforeBackloggedStorms(t *testing.T) {
 	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Hold = 7 * time.Millisecond })
-	a := admitN(t, c, "a", 3)
-	for i := range DefaultHotAfter - 1 {
-		require.Zero(t, refused(t, c, "a").Hold, "refusal %d", i)
+	for _, n := range []int{1, 16} {
+		c, k, _ := setup(t, func(cfg *Config) { cfg.Seats = 2 })
+		holders := []func(){now(t, c, "storm00"), now(t, c, "storm00")}
+		var storms []string
+		for i := range n {
+			storms = append(storms, fmt.Sprintf("storm%02d", i+1))
+		}
+		stormOut := make(chan grant, 64)
+		stormed(t, c, k, storms, 2, stormOut)
+		victim := make(chan grant, 1)
+		ask(c, "victim", Interactive, victim)
+		awaitQueued(t, c, "victim", Interactive, 1)
+		holders[0]()
+		g := next(t, victim)
+		require.NoError(t, g.err, "%d storms", n)
+		none(t, stormOut)
+		g.release()
+		holders[1]()
+		for range 2 * n { // the storms' queues drain
+			g := next(t, stormOut)
+			require.NoError(t, g.err)
+			g.release()
+		}
 	}
-	require.Equal(t, 7*time.Millisecond, refused(t, c, "a").Hold)
-	// Still hot in the next window, cool after two quiet ones.
-	k.advance(DefaultActiveWindow)
-	require.Equal(t, 7*time.Millisecond, refused(t, c, "a").Hold)
-	k.advance(2 * DefaultActiveWindow)
-	require.Zero(t, refused(t, c, "a").Hold)
-	releaseAll(a)
+}
+
+// A storm that idles between refusals does not pass for sparse: refused
+// within SparseAfterRefusal, its next request queues behind a sparse one.
+// Once that has passed, it is sparse again.
+func TestAStormIdlingBetweenRefusalsIsNotSparse(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.QueueLength = 1, 1 })
+	hold := now(t, c, "other")
+	out := make(chan grant, 8)
+	ask(c, "storm", Interactive, out)
+	awaitQueued(t, c, "storm", Interactive, 1)
+	_, err := c.Acquire(context.Background(), "storm", Interactive)
+	require.Equal(t, ReasonQueueFull, reason(err))
+	k.advance(60 * time.Millisecond) // its queued unit expires: the storm is idle now
+	g := next(t, out)
+	require.Equal(t, ReasonWaitExpired, reason(g.err))
+	require.Equal(t, 0, c.Queued("storm", Interactive))
+
+	ask(c, "storm", Interactive, out)
+	awaitQueued(t, c, "storm", Interactive, 1)
+	ask(c, "victim", Interactive, out)
+	awaitQueued(t, c, "victim", Interactive, 1)
+	hold()
+	g = next(t, out)
+	require.Equal(t, "victim", g.flow, "the refused storm queued behind the sparse victim")
+	g.release()
+	g = next(t, out)
+	require.Equal(t, "storm", g.flow)
+	g.release()
+
+	// Two seconds on, the storm is sparse again.
+	k.advance(2 * time.Second)
+	hold = now(t, c, "other")
+	ask(c, "victim", Interactive, out)
+	awaitQueued(t, c, "victim", Interactive, 1)
+	ask(c, "storm", Interactive, out)
+	awaitQueued(t, c, "storm", Interactive, 1)
+	hold()
+	g = next(t, out)
+	require.Equal(t, "victim", g.flow, "sparse requests are served in arrival order")
+	g.release()
+	g = next(t, out)
+	require.Equal(t, "storm", g.flow)
+	g.release()
+}
+
+// An expired wait refuses: wait_expired, 429 concurrency_limited with
+// Retry-After, counted and the flow's queue emptied.
+func TestAnExpiredWaitRefuses(t *testing.T) {
+	t.Parallel()
+	c, k, reg := setup(t, func(cfg *Config) { cfg.Seats = 1 })
+	hold := now(t, c, "a")
+	out := make(chan grant, 1)
+	ask(c, "a", Interactive, out)
+	awaitQueued(t, c, "a", Interactive, 1)
+	k.advance(49 * time.Millisecond)
+	none(t, out)
+	k.advance(time.Millisecond)
+	g := next(t, out)
+	var e *appdor.Error
+	require.ErrorAs(t, g.err, &e)
+	require.Equal(t, appdor.EConcurrencyLimited, e.Code)
+	require.Equal(t, time.Second, e.RetryAfter)
+	require.Equal(t, ReasonWaitExpired, reason(g.err))
+	require.Equal(t, 0, c.Queued("a", Interactive))
+	require.Equal(t, 1.0, counter(t, reg, "appdor_fairness_refused_total", "a", "interactive", ReasonWaitExpired))
+	hold()
+}
+
+// A full queue refuses at once.
+func TestAFullQueueRefusesAtOnce(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.QueueLength = 1, 2 })
+	hold := now(t, c, "a")
+	out := make(chan grant, 2)
+	ask(c, "a", Interactive, out)
+	ask(c, "a", Interactive, out)
+	awaitQueued(t, c, "a", Interactive, 2)
+	_, err := c.Acquire(context.Background(), "a", Interactive)
+	require.Equal(t, ReasonQueueFull, reason(err))
+	hold()
+	for range 2 {
+		g := next(t, out)
+		require.NoError(t, g.err)
+		g.release()
+	}
+}
+
+// A waiter whose caller goes away leaves the queue.
+func TestAWaiterThatGoesAwayLeavesTheQueue(t *testing.T) {
+	t.Parallel()
+	c, _, reg := setup(t, func(cfg *Config) { cfg.Seats = 1 })
+	hold := now(t, c, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "a", Interactive)
+		done <- err
+	}()
+	awaitQueued(t, c, "a", Interactive, 1)
+	cancel()
+	require.Equal(t, ReasonCanceled, reason(<-done))
+	require.Equal(t, 0, c.Queued("a", Interactive))
+	require.Equal(t, 1.0, counter(t, reg, "appdor_fairness_refused_total", "a", "interactive", ReasonCanceled))
+	hold()
+	require.Equal(t, 0, c.InUse(Interactive))
+}
+
+// Measured service time advances a flow's virtual time: a backlogged flow of
+// heavy units gets a seat less often than a backlogged flow of light ones.
+func TestHeavyWorkFallsBehindLightWork(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.WaitBound, cfg.QueueLength = 1, time.Hour, 64 })
+	hold := now(t, c, "x")
+	out := make(chan grant, 64)
+	for range 30 {
+		ask(c, "heavy", Interactive, out)
+		ask(c, "light", Interactive, out)
+	}
+	awaitQueued(t, c, "heavy", Interactive, 30)
+	awaitQueued(t, c, "light", Interactive, 30)
+	hold()
+	served := map[string]int{}
+	for range 33 {
+		g := next(t, out)
+		served[g.flow]++
+		if g.flow == "heavy" {
+			k.advance(10 * time.Millisecond)
+		} else {
+			k.advance(time.Millisecond)
+		}
+		g.release()
+	}
+	require.Greater(t, served["light"], 3*served["heavy"], "served: %v", served)
+	require.GreaterOrEqual(t, served["heavy"], 2, "heavy work still progresses: %v", served)
+}
+
+// While several realms are active, work from the queues holds at most
+// BackloggedSeats seats together; the other seats stay for sparse requests.
+func TestBackloggedRealmsTogetherHoldTheirSeats(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats = 4, 1 })
+	v := now(t, c, "victim")
+	a := now(t, c, "a") // sparse
+	out := make(chan grant, 8)
+	ask(c, "a", Interactive, out) // backlogged: takes the one backlogged seat
+	g := next(t, out)
+	require.NoError(t, g.err)
+	ask(c, "a", Interactive, out)
+	awaitQueued(t, c, "a", Interactive, 1)
+	require.Equal(t, 3, c.InUse(Interactive), "a seat stays free for sparse work")
+	b := now(t, c, "b") // sparse: takes the free seat at once
+	g.release()
+	g2 := next(t, out)
+	require.NoError(t, g2.err)
+	for _, r := range []func(){v, a, b, g2.release} {
+		r()
+	}
+}
+
+// Background work runs in seats of its own: it never takes a seat an
+// interactive request waits for, and waits (within its context) instead of
+// being refused.
+func TestBackgroundWorkNeverTakesAnInteractiveSeat(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackgroundSeats, cfg.WaitBound = 1, 1, time.Hour })
+	req := now(t, c, "a")
+	waiting := make(chan grant, 1)
+	ask(c, "a", Interactive, waiting)
+	awaitQueued(t, c, "a", Interactive, 1)
+
+	bg, err := c.Acquire(context.Background(), "a", Background)
+	require.NoError(t, err, "background work has its own seat")
+	bgOut := make(chan grant, 2)
+	ask(c, "a", Background, bgOut)
+	ask(c, "b", Background, bgOut)
+	awaitQueued(t, c, "a", Background, 1)
+	awaitQueued(t, c, "b", Background, 1)
+	k.advance(time.Minute) // background work has no wait bound
+	none(t, bgOut)
+
+	req()
+	g := next(t, waiting)
+	require.NoError(t, g.err, "the freed interactive seat went to the waiting request")
+	require.Equal(t, 1, c.InUse(Interactive))
+	require.Equal(t, 1, c.InUse(Background))
+	bg()
+	first := next(t, bgOut)
+	require.NoError(t, first.err)
+	require.Equal(t, "b", first.flow, "between realms, background work is fair too")
+	first.release()
+	second := next(t, bgOut)
+	require.NoError(t, second.err)
+	second.release()
+	g.release()
+
+	// Background work whose context ends gives up waiting.
+	hold, _ := c.Acquire(context.Background(), "a", Background)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = c.Acquire(ctx, "a", Background)
+	require.Equal(t, ReasonCanceled, reason(err))
+	hold()
 }
 
 func TestReleaseIsIdempotent(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, nil)
-	rel := admitN(t, c, "a", 1)[0]
+	rel := now(t, c, "a")
 	rel()
 	rel()
-	require.Equal(t, 0, c.Total())
-	require.Equal(t, 0, c.Inflight("a"))
+	require.Equal(t, 0, c.InUse(Interactive))
 }
 
 func TestOffAdmitsEverything(t *testing.T) {
 	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Off = true })
-	rels := admitN(t, c, "a", 100)
-	releaseAll(rels)
-}
-
-func TestAcquireRequestIsRefusedAtOnce(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, nil)
-	a := admitN(t, c, "a", 3)
-	_, err := c.Acquire(context.Background(), "a", ClassRequest)
-	var ae *appdor.Error
-	require.True(t, errors.As(err, &ae))
-	require.Equal(t, appdor.EConcurrencyLimited, ae.Code)
-	require.Equal(t, time.Second, ae.RetryAfter)
-	releaseAll(a)
-}
-
-func TestImportWaitsForASlot(t *testing.T) {
-	t.Parallel()
-	c, _, reg := setup(t, nil)
-	a := admitN(t, c, "a", 2)
-	waiting := make(chan struct{}, 1)
-	c.onWait = func() { waiting <- struct{}{} }
-	got := make(chan func())
-	go func() {
-		rel, err := c.Acquire(context.Background(), "a", ClassImport)
-		if err != nil {
-			close(got)
-			return
-		}
-		got <- rel
-	}()
-	<-waiting // the import waits: the realm has its whole share in flight
-	a[0]()
-	rel, ok := <-got
-	require.True(t, ok)
-	require.Equal(t, 2, c.Inflight("a"))
-	rel()
-	a[1]()
-	require.Equal(t, 0, c.Total())
-	require.Equal(t, 1.0, value(c.m.admitted.WithLabelValues("a", ClassImport)))
-	_ = reg
-}
-
-func TestImportNeverTakesTheReserve(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, nil)
-	a := admitN(t, c, "a", 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := c.Acquire(ctx, "b", ClassImport)
-	require.Equal(t, appdor.EConcurrencyLimited, appdor.ErrorCode(err))
-	require.Equal(t, 1.0, value(c.m.refused.WithLabelValues("b", ClassImport, ReasonCanceled)))
-	releaseAll(admitN(t, c, "b", 1)) // a request does
-	releaseAll(a)
-}
-
-func TestImportInsideARequestRunsUnderItsSlot(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, nil)
-	a := admitN(t, c, "a", 2)
-	h := &held{realm: "a"}
-	ctx := withHeld(context.Background(), h)
-	rel, err := c.Acquire(ctx, "a", ClassImport)
-	require.NoError(t, err)
-	rel()
-	require.Equal(t, 2, c.Inflight("a"))
-
-	// Another realm's marker, or a released one, is no pass.
-	ctx2, cancel := context.WithCancel(withHeld(context.Background(), &held{realm: "b"}))
-	cancel()
-	_, err = c.Acquire(ctx2, "a", ClassImport)
-	require.Error(t, err)
-	h.released.Store(true)
-	ctx3, cancel3 := context.WithCancel(ctx)
-	cancel3()
-	_, err = c.Acquire(ctx3, "a", ClassImport)
-	require.Error(t, err)
-	releaseAll(a)
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Off, cfg.Seats = true, 1 })
+	for range 100 {
+		now(t, c, "a")
+	}
+	require.Equal(t, 0, c.InUse(Interactive))
 }
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	c, _, reg := setup(t, nil)
-	a := admitN(t, c, "a", 3)
-	refused(t, c, "a")
-	require.Equal(t, 3.0, value(c.m.inflight.WithLabelValues("a")))
-	require.Equal(t, 3.0, value(c.m.admitted.WithLabelValues("a", ClassRequest)))
-	require.Equal(t, 1.0, value(c.m.refused.WithLabelValues("a", ClassRequest, ReasonRealmLimit)))
-	releaseAll(a)
-	require.Equal(t, 0.0, value(c.m.inflight.WithLabelValues("a")))
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	limits := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() == "appdor_fairness_limit" {
-			for _, m := range mf.GetMetric() {
-				limits[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
-			}
-		}
-	}
-	require.Equal(t, map[string]float64{"capacity": 2, "reserve": 2, "realm_share": 2}, limits)
+	c, _, reg := setup(t, func(cfg *Config) { cfg.Seats = 1 })
+	rel := now(t, c, "a")
+	require.Equal(t, 1.0, gauge(t, reg, "appdor_fairness_seats_in_use", "a", "interactive"))
+	out := make(chan grant, 1)
+	ask(c, "b", Interactive, out)
+	awaitQueued(t, c, "b", Interactive, 1)
+	require.Equal(t, 1.0, gauge(t, reg, "appdor_fairness_queue_length", "b", "interactive"))
+	rel()
+	g := next(t, out)
+	require.NoError(t, g.err)
+	require.Equal(t, 0.0, gauge(t, reg, "appdor_fairness_queue_length", "b", "interactive"))
+	require.Equal(t, 1.0, counter(t, reg, "appdor_fairness_dispatched_total", "a", "interactive"))
+	require.Equal(t, 1.0, counter(t, reg, "appdor_fairness_dispatched_total", "b", "interactive"))
+	g.release()
+	require.Equal(t, 0.0, gauge(t, reg, "appdor_fairness_seats_in_use", "b", "interactive"))
+	require.Equal(t, 2, c.Active())
 }
 
-// TestConcurrentNeverOverCommits hammers the controller from many goroutines
-// (for the race detector) and checks the bounds hold at every admission.
+// Under real concurrency, seats are never over-committed and every unit is
+// granted or refused.
 func TestConcurrentNeverOverCommits(t *testing.T) {
 	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 1 })
+	c := New(Config{Seats: 3, BackgroundSeats: 1, QueueLength: 4, WaitBound: 5 * time.Millisecond}, nil)
+	var inflight, peak, granted, refusedN atomic.Int64
 	var wg sync.WaitGroup
-	for g := range 32 {
+	for w := range 32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			name := fmt.Sprintf("r%d", g%8)
-			for range 500 {
-				rel, ref := c.Admit(name, ClassRequest)
-				if ref != nil {
+			flow := []string{"a", "b", "c", "d"}[w%4]
+			for range 200 {
+				rel, err := c.Acquire(context.Background(), flow, Interactive)
+				if err != nil {
+					refusedN.Add(1)
 					continue
 				}
-				if c.Total() > 5 {
-					t.Errorf("total %d over capacity+reserve", c.Total())
+				granted.Add(1)
+				n := inflight.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 				}
+				time.Sleep(50 * time.Microsecond)
+				inflight.Add(-1)
 				rel()
 			}
 		}()
 	}
 	wg.Wait()
-	require.Equal(t, 0, c.Total())
+	require.LessOrEqual(t, peak.Load(), int64(3))
+	require.Equal(t, int64(32*200), granted.Load()+refusedN.Load())
+	require.Equal(t, 0, c.InUse(Interactive))
 }
 
-// fill admits requests of realm until one is refused, and returns the
-// releases and the refusal.
-func fill(c *Controller, realm string) ([]func(), *Refusal) {
-	var rels []func()
-	for range 1000 {
-		rel, ref := c.Admit(realm, ClassRequest)
-		if ref != nil {
-			return rels, ref
+func find(t *testing.T, reg *prometheus.Registry, name string, labels ...string) *dto.Metric {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
 		}
-		rels = append(rels, rel)
-	}
-	panic("never refused")
-}
-
-func TestSharesAndALightRealmBorrowing(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 12; cfg.Reserve = 2 })
-	rels := map[string][]func(){}
-	for _, r := range []string{"a", "b", "c"} {
-		rels[r] = admitN(t, c, r, 2)
-	}
-	require.Equal(t, 3, c.Active())
-	require.Equal(t, 2, c.Share(), "E = 6 split three ways")
-
-	// A light realm past its share borrows the reserve but one, no more.
-	more, ref := fill(c, "a")
-	require.Len(t, more, 1)
-	require.Equal(t, ReasonRealmLimit, ref.Reason)
-	rels["a"] = append(rels["a"], more...)
-	for _, r := range rels {
-		releaseAll(r)
-	}
-	require.Equal(t, 0, c.Total())
-}
-
-func TestHotRealmsTogetherHoldOneShare(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6 })
-	filler, _ := fill(c, "filler") // all but the last slot
-	last := admitN(t, c, "quiet", 1)
-	var storms []func()
-	for i := range 16 {
-		heat(t, c, fmt.Sprintf("storm%02d", i)) // refused while the room is full: hot
-	}
-	releaseAll(filler)
-	releaseAll(last)
-	// Sixteen hot realms ask again and again: together they get one slot
-	// (E = 2, hot realms hold at most half of it), never the reserve.
-	for range 5 {
-		for i := range 16 {
-			if rel, ref := c.Admit(fmt.Sprintf("storm%02d", i), ClassRequest); ref == nil {
-				storms = append(storms, rel)
-			} else {
-				require.Positive(t, ref.Hold, "a hot realm's refusal is held")
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]bool{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetValue()] = true
 			}
-		}
-	}
-	require.Len(t, storms, 1)
-	require.Equal(t, 1, c.Total())
-
-	// The quiet realm overlaps, request after request: its share and the
-	// reserve but one, beside the one hot slot.
-	q, ref := fill(c, "quiet")
-	require.Equal(t, 1+1+5, c.Total())
-	require.Zero(t, ref.Hold, "the quiet realm is not hot")
-	releaseAll(q)
-	releaseAll(storms)
-}
-
-func TestHeldSlotsMakeARealmHeavyWithoutRefusals(t *testing.T) {
-	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6 })
-	releaseAll(admitN(t, c, "light", 1))
-	hog := admitN(t, c, "hog", 3)  // its share, then borrowed slots: never refused
-	k.advance(DefaultActiveWindow) // holding three slots for a whole window
-	releaseAll(admitN(t, c, "light", 1))
-	ref := refused(t, c, "hog")
-	require.Positive(t, ref.Hold, "heavy counts as hot: no more borrowing")
-	releaseAll(hog)
-}
-
-func TestANewCrowdLeavesRoomForTheRealmsAtWork(t *testing.T) {
-	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6; cfg.FreshFor = DefaultActiveWindow })
-	releaseAll(admitN(t, c, "quiet", 1))
-	k.advance(DefaultActiveWindow - time.Millisecond)
-	releaseAll(admitN(t, c, "quiet", 1))
-	k.advance(2 * time.Millisecond) // the quiet realm is settled, and still active
-	var crowd []func()
-	for i := range 16 {
-		for range 4 {
-			rel, ref := c.Admit(fmt.Sprintf("new%02d", i), ClassRequest)
-			if ref == nil {
-				crowd = append(crowd, rel)
-				continue
+			for _, l := range labels {
+				if !have[l] {
+					continue next
+				}
 			}
-			require.Equal(t, ReasonNewRealm, ref.Reason)
-			require.Positive(t, ref.Hold, "a new realm's request waits for its turn")
+			return m
 		}
 	}
-	// Sixteen arriving realms run one request at a time between them (E =
-	// 2, new realms hold at most half of it); the quiet realm overlaps as
-	// far as it needs.
-	require.Len(t, crowd, 1)
-	q := admitN(t, c, "quiet", 6) // its share and the reserve but one
-	releaseAll(q)
-
-	// A waiting new realm gets in as soon as the new realms' slot is free.
-	got := make(chan func())
-	go func() {
-		rel, ok := c.AdmitWithin(context.Background(), "new07", ClassRequest, time.Hour)
-		require.True(t, ok)
-		got <- rel
-	}()
-	releaseAll(crowd)
-	(<-got)()
-
-	// Once settled, the crowd is judged by what it does, like anyone.
-	k.advance(DefaultActiveWindow)
-	releaseAll(admitN(t, c, "new03", 2))
+	return nil
 }
 
-func TestEveryRealmNewIsNoProbation(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6; cfg.FreshFor = DefaultActiveWindow })
-	// A restart: every realm is new, nobody has a history to protect.
-	a := admitN(t, c, "a", 3)
-	b := admitN(t, c, "b", 3)
-	releaseAll(a)
-	releaseAll(b)
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	m := find(t, reg, name, labels...)
+	if m == nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
 }
 
-func TestARealmThatComesBackIsOnProbation(t *testing.T) {
-	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Capacity = 4; cfg.Reserve = 6; cfg.FreshFor = DefaultActiveWindow })
-	releaseAll(admitN(t, c, "sporadic", 1))
-	releaseAll(admitN(t, c, "busy", 1))
-	for range 6 {
-		k.advance(DefaultActiveWindow / 2)
-		releaseAll(admitN(t, c, "busy", 1))
+func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	m := find(t, reg, name, labels...)
+	if m == nil {
+		return 0
 	}
-	// The sporadic realm was quiet for three windows: no longer active, but
-	// remembered.
-	require.Equal(t, 1, c.Active())
-	busy := admitN(t, c, "busy", 1)
-	// It comes back on probation: one request at a time while new, the
-	// next one waiting for its turn...
-	back := admitN(t, c, "sporadic", 1)
-	ref := refused(t, c, "sporadic")
-	require.Equal(t, ReasonNewRealm, ref.Reason)
-	require.Positive(t, ref.Hold)
-	releaseAll(back)
-	// ...and settled after a window at work, it overlaps like any light
-	// realm.
-	k.advance(DefaultActiveWindow / 2)
-	releaseAll(admitN(t, c, "sporadic", 1))
-	k.advance(DefaultActiveWindow / 2)
-	releaseAll(admitN(t, c, "sporadic", 3))
-	releaseAll(busy)
-
-	// After Memory of silence it is forgotten.
-	for range int(2 * DefaultMemory / DefaultActiveWindow) {
-		k.advance(DefaultActiveWindow / 2)
-		releaseAll(admitN(t, c, "busy", 1))
-	}
-	c.mu.Lock()
-	_, remembered := c.realms["sporadic"]
-	c.mu.Unlock()
-	require.False(t, remembered)
+	return m.GetGauge().GetValue()
 }

@@ -3,121 +3,75 @@ package fairness
 import (
 	"context"
 	"encoding/json"
-	"math/rand/v2"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor"
 )
 
-// maxHolds bounds the requests held at once, for a slot or for the spread of
-// their refusal; beyond it a refusal is answered at once (a held request
-// costs a goroutine, not CPU, but not nothing).
-const maxHolds = 4096
-
-// Middleware admits each request under the realm key returns, before the
-// handler reads its body or touches the database, and releases the slot when
-// the handler returns — normally, by error, by panic, or because the client
-// went away (the handler's context ends, its query is canceled, it returns).
+// Middleware runs each request under an interactive seat of the flow key
+// returns, taken before the handler reads its body or touches the database
+// and given back when the handler returns — normally, by error, by panic, or
+// because the client went away. A request for which key returns "" passes
+// ungated: the server puts this after authentication, which guarantees a
+// realm.
 //
 // A refused request is answered here with a pre-encoded 429: Retry-After and
-// {"error":{"code":"concurrency_limited",...}}; a hot realm's refusal after
-// the hold. A request for which key returns "" passes ungated: the server
-// puts this after authentication, which guarantees a realm.
+// {"error":{"code":"concurrency_limited",...}}, with no allocation for the
+// body.
 func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFunc {
-	// Two answers per reason: Retry-After as configured, and a second later.
-	// A hot realm's refusals pick one at random, so clients that honor
-	// Retry-After come back spread over two seconds instead of in one wave
-	// that lands on everyone else's latency each second.
-	type answer struct {
-		retryAfter string
-		bodies     map[string][]byte
-	}
-	var answers [2]answer
-	for i := range answers {
-		wait := c.cfg.RetryAfter + time.Duration(i)*time.Second
-		answers[i] = answer{
-			retryAfter: strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10),
-			bodies: map[string][]byte{
-				ReasonRealmLimit: c.refusalBody(ReasonRealmLimit, wait),
-				ReasonCapacity:   c.refusalBody(ReasonCapacity, wait),
-				ReasonNewRealm:   c.refusalBody(ReasonNewRealm, wait),
-			},
-		}
+	retryAfter := appdor.RetryAfterSeconds(c.cfg.RetryAfter)
+	bodies := map[string][]byte{}
+	for _, reason := range []string{ReasonQueueFull, ReasonWaitExpired, ReasonCanceled} {
+		bodies[reason] = c.refusalBody(reason)
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec echo.Context) error {
 			name := key(ec)
-			if name == "" {
+			if name == "" || c.cfg.Off {
 				return next(ec)
 			}
-			release, ref := c.Admit(name, ClassRequest)
-			if ref != nil && ref.Hold > 0 {
-				// A hot realm's request is held: it waits, briefly, for
-				// a moment when no light work is in flight, and is refused
-				// only when none comes.
-				if c.holds.Add(1) <= maxHolds {
-					c.m.held.Inc()
-					ctx := ec.Request().Context()
-					if rel, ok := c.AdmitWithin(ctx, name, ClassRequest, ref.Hold); ok {
-						release, ref = rel, nil
-					} else if c.cfg.Spread > 0 {
-						// Refused: the answer waits a random while, so
-						// the realm's clients do not all come back at once.
-						wait(ctx, rand.N(c.cfg.Spread))
-					}
-				}
-				c.holds.Add(-1)
-				if ref != nil {
-					c.CountRefusal(name, ClassRequest, ref)
-				}
-			}
-			if ref != nil {
-				a := answers[0]
-				if ref.Hold > 0 {
-					a = answers[rand.IntN(2)]
-				}
+			req := ec.Request()
+			s, reason := c.acquire(req.Context(), name, Interactive)
+			if s == nil {
 				h := ec.Response().Header()
-				h.Set("Retry-After", a.retryAfter)
+				h.Set("Retry-After", retryAfter)
 				h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 				ec.Response().WriteHeader(http.StatusTooManyRequests)
-				if ec.Request().Method == http.MethodHead {
+				if req.Method == http.MethodHead {
 					return nil
 				}
-				_, err := ec.Response().Write(a.bodies[ref.Reason])
+				_, err := ec.Response().Write(bodies[reason])
 				return err
 			}
-			defer release()
-			h := &held{realm: name}
-			defer h.released.Store(true)
-			req := ec.Request()
-			ec.SetRequest(req.WithContext(withHeld(req.Context(), h)))
+			defer s.release()
+			ec.SetRequest(req.WithContext(context.WithValue(req.Context(), seatKey{}, s)))
 			return next(ec)
 		}
 	}
 }
 
-// wait sleeps for d or until ctx ends.
-func wait(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+// seatKey marks a request's context with the seat it runs under.
+type seatKey struct{}
+
+// Yield gives back the interactive seat the request of ctx runs under, for a
+// handler that goes on as background work (a CSV import runs each batch under
+// a background seat of its own instead). It does nothing outside a request
+// the middleware admitted, and the middleware's own release then does nothing.
+func Yield(ctx context.Context) {
+	if s, ok := ctx.Value(seatKey{}).(*seat); ok {
+		s.release()
 	}
 }
 
 // refusalBody is the 429 body for reason, encoded once.
-func (c *Controller) refusalBody(reason string, wait time.Duration) []byte {
-	ms := wait.Milliseconds()
+func (c *Controller) refusalBody(reason string) []byte {
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{
 		"code":           appdor.EConcurrencyLimited,
 		"message":        refusalMessage,
 		"details":        map[string]string{"reason": reason},
-		"retry_after_ms": ms,
+		"retry_after_ms": c.cfg.RetryAfter.Milliseconds(),
 	}})
 	return append(b, '\n')
 }

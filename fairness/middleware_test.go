@@ -35,11 +35,16 @@ func request(realm string) *http.Request {
 	return req
 }
 
+func ok(ec echo.Context) error { return ec.String(http.StatusOK, "ok") }
+
 func TestMiddlewareRefusesWithAPreEncodedAnswer(t *testing.T) {
 	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Hold = -1 })
-	a := admitN(t, c, "a", 3)
-	e := router(c, func(ec echo.Context) error { return ec.String(http.StatusOK, "ok") })
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.QueueLength = 1, 1 })
+	hold := now(t, c, "a")
+	out := make(chan grant, 1)
+	ask(c, "a", Interactive, out)
+	awaitQueued(t, c, "a", Interactive, 1)
+	e := router(c, ok)
 
 	rec := serve(e, request("a"))
 	require.Equal(t, http.StatusTooManyRequests, rec.Code)
@@ -55,27 +60,13 @@ func TestMiddlewareRefusesWithAPreEncodedAnswer(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
 	require.Equal(t, "concurrency_limited", body.Error.Code)
-	require.Equal(t, ReasonRealmLimit, body.Error.Details["reason"])
+	require.Equal(t, ReasonQueueFull, body.Error.Details["reason"])
 	require.Equal(t, int64(1000), body.Error.RetryAfterMS)
-
-	// Another realm is admitted, from the reserve.
-	require.Equal(t, http.StatusOK, serve(e, request("b")).Code)
-	releaseAll(a)
+	hold()
+	g := next(t, out)
+	require.NoError(t, g.err)
+	g.release()
 	require.Equal(t, http.StatusOK, serve(e, request("a")).Code)
-	require.Equal(t, 0, c.Total())
-}
-
-func TestMiddlewareHoldsAHotRealmUntilTheClientLeaves(t *testing.T) {
-	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Hold = 1 << 40; cfg.HotAfter = 1 })
-	a := admitN(t, c, "a", 3)
-	e := router(c, func(ec echo.Context) error { return ec.String(http.StatusOK, "ok") })
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // the client has gone: the (very long) hold ends at once
-	rec := serve(e, request("a").WithContext(ctx))
-	require.Equal(t, http.StatusTooManyRequests, rec.Code)
-	require.Equal(t, 1.0, value(c.m.held))
-	releaseAll(a)
 }
 
 func TestMiddlewareReleasesOnError(t *testing.T) {
@@ -83,20 +74,20 @@ func TestMiddlewareReleasesOnError(t *testing.T) {
 	c, _, _ := setup(t, nil)
 	e := router(c, func(ec echo.Context) error { return errors.New("boom") })
 	require.Equal(t, http.StatusInternalServerError, serve(e, request("a")).Code)
-	require.Equal(t, 0, c.Total())
+	require.Equal(t, 0, c.InUse(Interactive))
 }
 
 func TestMiddlewareReleasesOnPanic(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, nil)
 	e := router(c, func(ec echo.Context) error {
-		require.Equal(t, 1, c.Inflight("a"))
+		require.Equal(t, 1, c.InUse(Interactive))
 		panic("boom")
 	})
-	for range 5 { // more than the realm's share: a leak would show as a 429
+	for range 10 { // more than the seats and the queue: a leak would show as a 429
 		require.Equal(t, http.StatusInternalServerError, serve(e, request("a")).Code)
 	}
-	require.Equal(t, 0, c.Total())
+	require.Equal(t, 0, c.InUse(Interactive))
 }
 
 func TestMiddlewareReleasesWhenTheClientGoesAway(t *testing.T) {
@@ -115,57 +106,67 @@ func TestMiddlewareReleasesWhenTheClientGoesAway(t *testing.T) {
 		serve(e, request("a").WithContext(ctx))
 	}()
 	<-started
-	require.Equal(t, 1, c.Inflight("a"))
+	require.Equal(t, 1, c.InUse(Interactive))
 	cancel()
 	<-done
-	require.Equal(t, 0, c.Total())
-	require.Equal(t, 0, c.Inflight("a"))
+	require.Equal(t, 0, c.InUse(Interactive))
 }
 
-func TestMiddlewareMarksTheRequestForReentrantAcquire(t *testing.T) {
+// A handler that goes on as background work gives its request's seat back
+// with Yield, and takes background seats for its batches.
+func TestYieldGivesTheRequestsSeatBack(t *testing.T) {
 	t.Parallel()
-	c, _, _ := setup(t, nil)
-	a := admitN(t, c, "a", 1) // with the request, the realm's whole share
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats = 1 })
 	e := router(c, func(ec echo.Context) error {
-		rel, err := c.Acquire(ec.Request().Context(), "a", ClassImport)
+		ctx := ec.Request().Context()
+		require.Equal(t, 1, c.InUse(Interactive))
+		Yield(ctx)
+		require.Equal(t, 0, c.InUse(Interactive))
+		other := now(t, c, "b") // the seat is free for anyone
+		other()
+		rel, err := c.Acquire(ctx, "a", Background)
 		if err != nil {
 			return err
 		}
-		defer rel()
+		require.Equal(t, 1, c.InUse(Background))
+		rel()
 		return ec.String(http.StatusOK, "ok")
 	})
 	require.Equal(t, http.StatusOK, serve(e, request("a")).Code)
-	require.Equal(t, 1, c.Total())
-	releaseAll(a)
+	require.Equal(t, 0, c.InUse(Interactive))
+	Yield(context.Background()) // outside a request: nothing
 }
 
 func TestMiddlewarePassesUnkeyedRequests(t *testing.T) {
 	t.Parallel()
 	c, _, _ := setup(t, nil)
-	e := router(c, func(ec echo.Context) error { return ec.String(http.StatusOK, "ok") })
+	e := router(c, ok)
 	require.Equal(t, http.StatusOK, serve(e, request("")).Code)
 	require.Equal(t, 0, c.Active())
 }
 
-// BenchmarkAdmitRelease is the controller's own cost on an unloaded request.
-func BenchmarkAdmitRelease(b *testing.B) {
-	c := New(Config{Capacity: 2, Reserve: 1}, nil)
+const benchRealm = "4b1c1f1e-8d6a-4f0e-9a53-0d3f1f0c2a11"
+
+// BenchmarkAcquireRelease is the controller's own cost on an unloaded request.
+func BenchmarkAcquireRelease(b *testing.B) {
+	c := New(Config{Seats: 2}, nil)
+	ctx := context.Background()
 	for b.Loop() {
-		rel, ref := c.Admit("4b1c1f1e-8d6a-4f0e-9a53-0d3f1f0c2a11", ClassRequest)
-		if ref != nil {
-			b.Fatal("refused")
+		rel, err := c.Acquire(ctx, benchRealm, Interactive)
+		if err != nil {
+			b.Fatal(err)
 		}
 		rel()
 	}
 }
 
-// BenchmarkAdmitReleaseParallel: many realms at once, on every core.
-func BenchmarkAdmitReleaseParallel(b *testing.B) {
-	c := New(Config{Capacity: 1 << 20, Reserve: 1}, nil)
+// BenchmarkAcquireReleaseParallel: one realm at once, on every core.
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	c := New(Config{Seats: 1 << 20, BackloggedSeats: 1 << 20}, nil)
 	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
 		for pb.Next() {
-			rel, ref := c.Admit("4b1c1f1e-8d6a-4f0e-9a53-0d3f1f0c2a11", ClassRequest)
-			if ref == nil {
+			if rel, err := c.Acquire(ctx, benchRealm, Interactive); err == nil {
 				rel()
 			}
 		}
@@ -173,9 +174,9 @@ func BenchmarkAdmitReleaseParallel(b *testing.B) {
 }
 
 // BenchmarkMiddleware is one request through the middleware alone, admitted
-// and refused, against the bare handler.
+// and refused (queue full), against the bare handler.
 func BenchmarkMiddleware(b *testing.B) {
-	ok := func(ec echo.Context) error { return ec.NoContent(http.StatusNoContent) }
+	noContent := func(ec echo.Context) error { return ec.NoContent(http.StatusNoContent) }
 	run := func(b *testing.B, e *echo.Echo) {
 		req := request("a")
 		rec := httptest.NewRecorder()
@@ -186,53 +187,26 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 	b.Run("bare", func(b *testing.B) {
 		e := echo.New()
-		e.Any("/*", ok)
+		e.Any("/*", noContent)
 		run(b, e)
 	})
 	b.Run("admitted", func(b *testing.B) {
-		run(b, router(New(Config{Capacity: 2, Reserve: 1}, nil), ok))
+		run(b, router(New(Config{Seats: 2}, nil), noContent))
 	})
 	b.Run("refused", func(b *testing.B) {
-		c := New(Config{Capacity: 2, Reserve: 1, Hold: -1}, nil)
-		c.Admit("a", ClassRequest)
-		c.Admit("a", ClassRequest)
-		run(b, router(c, ok))
-	})
-}
-
-// BenchmarkRefusalEncoding compares the pre-encoded refusal with encoding the
-// same body per refusal, as the server's error handler would.
-func BenchmarkRefusalEncoding(b *testing.B) {
-	ok := func(ec echo.Context) error { return ec.NoContent(http.StatusNoContent) }
-	c := New(Config{Capacity: 2, Reserve: 1, Hold: -1}, nil)
-	c.Admit("a", ClassRequest)
-	c.Admit("a", ClassRequest)
-	encoding := func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(ec echo.Context) error {
-			rel, ref := c.Admit("a", ClassRequest)
-			if ref != nil {
-				e := c.refusalError(ref)
-				ec.Response().Header().Set("Retry-After", "1")
-				return ec.JSON(http.StatusTooManyRequests, map[string]any{"error": map[string]any{
-					"code": e.Code, "message": e.Message, "details": e.Details, "retry_after_ms": e.RetryAfter.Milliseconds()}})
-			}
-			defer rel()
-			return next(ec)
+		c := New(Config{Seats: 1, QueueLength: 1, WaitBound: 1 << 40}, nil)
+		hold, _ := c.Acquire(context.Background(), "a", Interactive)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { // fills a's queue until the benchmark ends
+			defer close(done)
+			c.Acquire(ctx, "a", Interactive)
+		}()
+		for c.Queued("a", Interactive) < 1 {
 		}
-	}
-	run := func(b *testing.B, e *echo.Echo) {
-		req := request("a")
-		rec := httptest.NewRecorder()
-		for b.Loop() {
-			rec.Body.Reset()
-			e.ServeHTTP(rec, req)
-		}
-	}
-	b.Run("pre-encoded", func(b *testing.B) { run(b, router(c, ok)) })
-	b.Run("encoded", func(b *testing.B) {
-		e := echo.New()
-		e.Use(encoding)
-		e.Any("/*", ok)
-		run(b, e)
+		run(b, router(c, noContent))
+		cancel()
+		<-done
+		hold()
 	})
 }

@@ -31,9 +31,6 @@ const (
 	maxCSVErrors = 100
 )
 
-// GateClassImport is the class of work a CSV import asks the Gate for.
-const GateClassImport = "import"
-
 // OwnsBodyLimit tells the server's general body limit to let the CSV import
 // through: the import streams its body in bounded memory and applies its own,
 // larger limit (Handler.CSVBodyLimit).
@@ -200,7 +197,7 @@ func (r *csvImport) fail(e csvError) {
 
 // importCSV reads a CSV body (a header of field names, then rows) as a
 // stream and writes it in batches of csvBatch rows, each its own transaction
-// admitted by the Gate. A row with an invalid cell is skipped and reported
+// under a background seat of the Gate. A row with an invalid cell is skipped and reported
 // with its line; the others are written. Memory holds one batch, never the file.
 func (h *Handler) importCSV(c echo.Context) error {
 	tableID, err := idParam(c, "table")
@@ -218,6 +215,11 @@ func (h *Handler) importCSV(c echo.Context) error {
 	t, err := h.loadTableForRead(c, tableID)
 	if err != nil {
 		return err
+	}
+	if h.Gate != nil {
+		// From here on the import is background work: its batches take
+		// background seats, and the request's seat is free for others.
+		h.Gate.Yield(c.Request().Context())
 	}
 	r := csv.NewReader(body)
 	r.ReuseRecord = true
@@ -351,7 +353,7 @@ func partial(err error, res *csvImport) error {
 // it. Rows whose links name missing rows are reported and left out.
 func (h *Handler) importBatch(ctx context.Context, realm uuid.UUID, t *Table, batch []map[string]any, lines []int, res *csvImport) error {
 	if h.Gate != nil {
-		release, err := h.Gate.Acquire(ctx, realm.String(), GateClassImport)
+		release, err := h.Gate.Acquire(ctx, realm.String())
 		if err != nil {
 			return err
 		}

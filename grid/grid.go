@@ -22,18 +22,22 @@ import (
 	"github.com/appdor/appdor/tenancy"
 )
 
-// Gate admits background work of a realm, one unit at a time: the fairness
-// controller implements it, so an import competes with requests under the
-// same per-realm caps. class names the kind of work ("import").
+// Gate runs a realm's long work as background work: the server backs it
+// with the fairness controller, so a CSV import competes fairly with its own
+// realm's and other realms' work instead of holding a request's seat.
 type Gate interface {
-	Acquire(ctx context.Context, realm, class string) (release func(), err error)
+	// Yield gives back the seat the request of ctx was admitted under.
+	Yield(ctx context.Context)
+	// Acquire waits, while ctx lasts, for a background seat of realm for one
+	// unit of work (a batch); release gives it back.
+	Acquire(ctx context.Context, realm string) (release func(), err error)
 }
 
 // Handler serves the grid API.
 type Handler struct {
 	db *rls.DB
-	// Gate, when set, admits each batch of a CSV import (class "import"); nil
-	// runs imports ungated.
+	// Gate, when set, runs each batch of a CSV import as background work;
+	// nil runs imports under their request's seat.
 	Gate Gate
 	// CSVBodyLimit bounds a CSV import's body in bytes; 0 means
 	// DefaultCSVBodyLimit. The server's general body limit must skip the

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -60,13 +61,48 @@ func send(t *testing.T, app *testenv.App, r route, token string) testenv.Respons
 	return app.Do(t, r.method, r.path, token, body)
 }
 
+// saturable sizes the controller so that saturate can fill one realm's share
+// and queue and leave seats for others: four seats, one for work from the
+// queues while several realms are active, queues of one, no wait expiring.
+func saturable(cfg *server.Config) {
+	cfg.Fairness = fairness.Config{Seats: 4, BackloggedSeats: 1, QueueLength: 1, WaitBound: time.Hour}
+}
+
+// saturate leaves realm with its seats taken and its queue full, so that its
+// next request is refused at once (queue_full); another flow holds a seat, so
+// the realm is not alone. Everything is given back when the test ends.
+func saturate(t testing.TB, ctl *fairness.Controller, realm string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var rels []func()
+	for _, flow := range []string{"someone else", realm, realm} {
+		rel, err := ctl.Acquire(ctx, flow, fairness.Interactive)
+		require.NoError(t, err)
+		rels = append(rels, rel)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if rel, err := ctl.Acquire(ctx, realm, fairness.Interactive); err == nil {
+			rel()
+		}
+	}()
+	require.Eventually(t, func() bool { return ctl.Queued(realm, fairness.Interactive) == 1 }, 5*time.Second, time.Millisecond)
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		for _, rel := range rels {
+			rel()
+		}
+	})
+}
+
 // TestEveryDataRouteIsGated fails when a route that reads or writes realm
 // data bypasses authentication or the fairness controller: with the realm's
 // slots all taken, every gated route must answer 429 concurrency_limited
 // before its handler runs, whatever its input.
 func TestEveryDataRouteIsGated(t *testing.T) {
 	t.Parallel()
-	app := testenv.NewApp(t, func(cfg *server.Config) { cfg.Fairness.Hold = -1 })
+	app := testenv.NewApp(t, saturable)
 	ctl := app.Fairness()
 	require.NotNil(t, ctl)
 	tenant := app.NewTenant(t, tenancy.RoleOwner, nil)
@@ -81,15 +117,7 @@ func TestEveryDataRouteIsGated(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, res.Status, "%s without credentials: %s", r.name, res.Body)
 	}
 
-	// Take every slot the realm may have.
-	for range 1000 {
-		release, err := ctl.Acquire(context.Background(), realm, fairness.ClassRequest)
-		if err != nil {
-			break
-		}
-		t.Cleanup(release)
-	}
-	require.Positive(t, ctl.Inflight(realm))
+	saturate(t, ctl, realm)
 
 	gated := 0
 	for _, r := range routes {
@@ -112,11 +140,14 @@ func TestEveryDataRouteIsGated(t *testing.T) {
 	// The diagnosis is on /metrics.
 	metrics := string(app.Do(t, http.MethodGet, "/metrics", "", nil).Body)
 	for _, want := range []string{
-		`appdor_fairness_inflight{realm="` + realm + `"}`,
-		`appdor_fairness_admitted_total{class="request",realm="` + other.RealmID.String() + `"} 1`,
-		`appdor_fairness_refused_total{class="request",realm="` + realm + `",reason="realm_limit"}`,
-		`appdor_fairness_limit{kind="capacity"}`,
-		`appdor_fairness_limit{kind="realm_share"}`,
+		`appdor_fairness_seats_in_use{level="interactive",realm="` + realm + `"} 2`,
+		`appdor_fairness_queue_length{level="interactive",realm="` + realm + `"} 1`,
+		`appdor_fairness_dispatched_total{level="interactive",realm="` + other.RealmID.String() + `"} 1`,
+		`appdor_fairness_refused_total{level="interactive",realm="` + realm + `",reason="queue_full"}`,
+		`appdor_fairness_wait_seconds_bucket{level="interactive",realm="` + realm + `",le="0.0005"}`,
+		`appdor_fairness_seats{level="interactive"} 4`,
+		`appdor_fairness_seats{level="background"}`,
+		`appdor_fairness_active_realms`,
 		`appdor_fairness_enabled 1`,
 		`appdor_http_request_duration_seconds_count{method="GET",route="/api/v1/apps",status="429"}`,
 		`appdor_db_pool_empty_acquires_total`,
@@ -148,19 +179,13 @@ func TestUngatedRoutesExist(t *testing.T) {
 func BenchmarkRequest(b *testing.B) {
 	for _, limiterOff := range []bool{false, true} {
 		app := testenv.NewApp(b, func(cfg *server.Config) {
-			cfg.Fairness.Hold = -1
+			saturable(cfg)
 			cfg.RealmRequestsPerMinute = 100_000_000
 			cfg.LimiterOff = limiterOff
 		})
 		refusedT := app.NewTenant(b, tenancy.RoleOwner, nil)
 		admittedT := app.NewTenant(b, tenancy.RoleOwner, nil)
-		for range 1000 {
-			release, err := app.Fairness().Acquire(context.Background(), refusedT.RealmID.String(), fairness.ClassRequest)
-			if err != nil {
-				break
-			}
-			b.Cleanup(release)
-		}
+		saturate(b, app.Fairness(), refusedT.RealmID.String())
 		run := func(b *testing.B, token string, want int) {
 			h := app.Handler()
 			req := httptest.NewRequest(http.MethodGet, "/api/v1/apps", nil)

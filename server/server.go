@@ -274,7 +274,7 @@ func (a *App) routes() {
 	gh := grid.New(a.db)
 	gh.CSVBodyLimit = a.cfg.CSVBodyLimit
 	if a.fair != nil {
-		gh.Gate = a.fair // CSV imports take their slots from the same controller
+		gh.Gate = backgroundGate{a.fair} // CSV imports run as background work
 	}
 	gh.Routes(api)
 	a.tenancy.TokenRoutes(api)

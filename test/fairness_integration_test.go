@@ -130,6 +130,7 @@ func runStorm(t *testing.T, fair bool, victimReads int, untilStarved bool) *stor
 		cfg.DBMaxConns = 4
 		cfg.AcquireTimeout = 20 * time.Millisecond
 		cfg.Fairness.Off = !fair
+		cfg.Fairness.WaitBound = 0 // the production wait bound
 	})
 	stormT := app.NewTenant(t, tenancy.RoleEditor, nil)
 	victimT := app.NewTenant(t, tenancy.RoleEditor, nil)

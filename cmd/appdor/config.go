@@ -48,12 +48,10 @@ var (
 	sCSVBodyLimit = setting{"csv-body-limit", "APPDOR_CSV_BODY_LIMIT", "1G", "largest CSV import body"}
 
 	sFairness       = setting{"fairness", "APPDOR_FAIRNESS", "on", "per-realm admission controller; off is for the storm harness's negative control only"}
-	sFairCapacity   = setting{"fairness-capacity", "APPDOR_FAIRNESS_CAPACITY", "0", "slots of concurrent work for all realms; 0 is two per core, within the pool"}
-	sFairReserve    = setting{"fairness-reserve", "APPDOR_FAIRNESS_RESERVE", "0", "extra slots kept for light and arriving realms; 0 is max(6, capacity/2)"}
-	sFairWindow     = setting{"fairness-active-window", "APPDOR_FAIRNESS_ACTIVE_WINDOW", "2s", "how long a realm counts as active (holds a share) after its last request"}
-	sFairHold       = setting{"fairness-hold", "APPDOR_FAIRNESS_HOLD", "20ms", "delay before refusing a realm that keeps asking over its share; 0 answers at once"}
-	sFairSpread     = setting{"fairness-spread", "APPDOR_FAIRNESS_SPREAD", "1s", "a hot or new realm's refusals are answered after a random delay up to this, so its clients come back spread out, not in waves; 0 answers at once"}
-	sFairNewRealm   = setting{"fairness-new-realm", "APPDOR_FAIRNESS_NEW_REALM", "2s", "how long a realm that arrives or comes back after a quiet spell runs in the new realms' lane while settled realms are at work (refusals: new_realm); 0 turns that off"}
+	sFairSeats      = setting{"fairness-seats", "APPDOR_FAIRNESS_SEATS", "0", "interactive work units running at once, all realms; 0 is two per core, within the pool"}
+	sFairBgSeats    = setting{"fairness-background-seats", "APPDOR_FAIRNESS_BACKGROUND_SEATS", "0", "background work units (CSV import batches) running at once, in seats of their own; 0 is half the cores, at least 1"}
+	sFairQueue      = setting{"fairness-queue-length", "APPDOR_FAIRNESS_QUEUE_LENGTH", "64", "requests of one realm that may wait for a seat; beyond it a request is refused (queue_full)"}
+	sFairWait       = setting{"fairness-wait-bound", "APPDOR_FAIRNESS_WAIT_BOUND", "50ms", "longest a request waits for a seat before it is refused (wait_expired)"}
 	sFairRetryAfter = setting{"fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER", "1s", "Retry-After of a concurrency_limited refusal"}
 
 	sLoginConcurrency = setting{"login-concurrency", "APPDOR_LOGIN_CONCURRENCY", "0", "sign-in password checks at once; a sign-in that finds none free within 500ms is refused (429); 0 is half the cores"}
@@ -64,7 +62,7 @@ var connSettings = []setting{sDatabaseURL, sRedisURL}
 
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
-	sFairness, sFairCapacity, sFairReserve, sFairWindow, sFairHold, sFairSpread, sFairNewRealm, sFairRetryAfter,
+	sFairness, sFairSeats, sFairBgSeats, sFairQueue, sFairWait, sFairRetryAfter,
 	sLoginConcurrency, sCSVBodyLimit}
 
 // configError names the flag and the variable a bad value came from.
@@ -159,48 +157,29 @@ func fairnessConfig(cmd *cobra.Command) (fairness.Config, error) {
 		return fc, err
 	}
 	fc.Off = !on
-	slots := func(s setting) (int, error) {
+	count := func(s setting, least int) (int, error) {
 		n, err := strconv.Atoi(str(cmd, s))
-		if err != nil || n < 0 || n > 100_000 {
-			return 0, configError(s, "%q is not a number from 0 (automatic) to 100000", str(cmd, s))
+		if err != nil || n < least || n > 100_000 {
+			return 0, configError(s, "%q is not a number from %d to 100000", str(cmd, s), least)
 		}
 		return n, nil
 	}
-	if fc.Capacity, err = slots(sFairCapacity); err != nil {
+	if fc.Seats, err = count(sFairSeats, 0); err != nil {
 		return fc, err
 	}
-	if fc.Reserve, err = slots(sFairReserve); err != nil {
+	if fc.BackgroundSeats, err = count(sFairBgSeats, 0); err != nil {
 		return fc, err
 	}
-	if fc.ActiveWindow, err = duration(cmd, sFairWindow); err != nil {
+	if fc.QueueLength, err = count(sFairQueue, 1); err != nil {
+		return fc, err
+	}
+	if fc.WaitBound, err = duration(cmd, sFairWait); err != nil {
 		return fc, err
 	}
 	if fc.RetryAfter, err = duration(cmd, sFairRetryAfter); err != nil {
 		return fc, err
 	}
-	if fc.Hold, err = delay(cmd, sFairHold); err != nil {
-		return fc, err
-	}
-	if fc.Spread, err = delay(cmd, sFairSpread); err != nil {
-		return fc, err
-	}
-	if fc.FreshFor, err = delay(cmd, sFairNewRealm); err != nil {
-		return fc, err
-	}
 	return fc, nil
-}
-
-// delay reads a wait of 0 to 10s; 0 comes back negative, the controller's
-// "answer at once" (its zero means the default).
-func delay(cmd *cobra.Command, s setting) (time.Duration, error) {
-	d, err := time.ParseDuration(str(cmd, s))
-	if err != nil || d < 0 || d > 10*time.Second {
-		return 0, configError(s, "%q is not a duration from 0 to 10s", str(cmd, s))
-	}
-	if d == 0 {
-		return -1, nil
-	}
-	return d, nil
 }
 
 func logLevel(cmd *cobra.Command) (slog.Level, error) {

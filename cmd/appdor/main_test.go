@@ -99,12 +99,21 @@ func TestBadSettingNamesTheVariable(t *testing.T) {
 	require.ErrorContains(t, err, "APPDOR_DB_MAX_CONNS")
 }
 
-func TestBadFairnessDurationsNameTheVariable(t *testing.T) {
-	for flag, env := range map[string]string{"--fairness-hold": "APPDOR_FAIRNESS_HOLD", "--fairness-spread": "APPDOR_FAIRNESS_SPREAD", "--fairness-new-realm": "APPDOR_FAIRNESS_NEW_REALM"} {
-		for _, v := range []string{"soon", "-1s", "11s"} {
+func TestBadFairnessSettingsNameTheVariable(t *testing.T) {
+	for _, c := range []struct{ flag, env string }{
+		{"--fairness-seats", "APPDOR_FAIRNESS_SEATS"},
+		{"--fairness-background-seats", "APPDOR_FAIRNESS_BACKGROUND_SEATS"},
+		{"--fairness-queue-length", "APPDOR_FAIRNESS_QUEUE_LENGTH"},
+		{"--fairness-wait-bound", "APPDOR_FAIRNESS_WAIT_BOUND"},
+		{"--fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER"},
+	} {
+		for _, v := range []string{"soon", "-1", "0s"} {
+			if v == "0s" && !strings.Contains(c.flag, "wait") && !strings.Contains(c.flag, "retry") {
+				v = "1000001"
+			}
 			var out bytes.Buffer
-			err := run(t.Context(), []string{"serve", flag, v}, &out)
-			require.ErrorContains(t, err, env, "%s %s", flag, v)
+			err := run(t.Context(), []string{"serve", c.flag, v}, &out)
+			require.ErrorContains(t, err, c.env, "%s %s", c.flag, v)
 		}
 	}
 }
