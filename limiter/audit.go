@@ -18,7 +18,13 @@ type refusal struct {
 	realm, token, user uuid.UUID
 	scope              Scope
 	limit              int
+	// address is the client's address (or IPv6 /64) of an unauthenticated
+	// refusal, which has no realm and no audit row.
+	address string
 }
+
+// episodeMessage is the log line of a refusal episode, whatever its scope.
+const episodeMessage = "rate_limited: a refusal episode begins"
 
 // auditItem is a refusal to write, or (flushed set) a marker that closes
 // flushed once every item before it is done.
@@ -117,7 +123,7 @@ func (a *auditor) handle(it auditItem) {
 	}
 	// One line per refusal episode, as one audit row: the first refusal of
 	// a key after it was last allowed.
-	a.log.Warn("rate_limited: a refusal episode begins", slog.String("realm", it.r.realm.String()),
+	a.log.Warn(episodeMessage, slog.String("realm", it.r.realm.String()),
 		slog.String("token", it.r.token.String()), slog.String("scope", string(it.r.scope)), slog.Int("limit", it.r.limit))
 	if err := a.write(it.r); err != nil {
 		a.failures.WithLabelValues("error").Inc()

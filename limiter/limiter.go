@@ -85,7 +85,12 @@ type Config struct {
 	RealmLimit       int           // default realm ceiling per minute; 0 for DefaultRealmLimit
 	Timeout          time.Duration // per Redis call; 0 for DefaultTimeout
 	Pause            time.Duration // after a Redis failure, fail open without asking for this long
-	ErrorLogInterval time.Duration // at most one "redis unreachable" line per interval
+	ErrorLogInterval time.Duration // at most one "redis unreachable" line, and one address episode line, per interval
+	// UnauthenticatedPerSecond is how many lookups of unknown credentials a
+	// client address may cause a second (AllowAddress); 0 turns it off.
+	UnauthenticatedPerSecond int
+	// UnauthenticatedBurst is how many may come at once; 0 is twice the rate.
+	UnauthenticatedBurst int
 }
 
 // Limiter decides requests against the ceilings in Redis.
@@ -101,10 +106,15 @@ type Limiter struct {
 	decisions *prometheus.CounterVec
 	latency   prometheus.Histogram
 
-	pausedUntil atomic.Int64 // unix ns; Redis is not asked before then
-	failing     atomic.Bool  // the last call failed; the next success is logged
-	lastLog     atomic.Int64 // unix ns of the last "redis unreachable" line
-	unlogged    atomic.Int64 // failed decisions since that line
+	pausedUntil atomic.Int64   // unix ns; Redis is not asked before then
+	failing     atomic.Bool    // the last call failed; the next success is logged
+	errorLog    *everyInterval // the "redis unreachable" line
+	addressLog  *everyInterval // the line of an address's refusal episode
+
+	// unauthPerSecond and unauthBurst are the unauthenticated ceiling (0:
+	// off); unauthArgs its script arguments.
+	unauthPerSecond, unauthBurst int
+	unauthArgs                   [2]string
 
 	// now, when set (tests only), replaces Redis TIME with a fake clock in µs.
 	now func() int64
@@ -143,6 +153,16 @@ func New(cfg Config) *Limiter {
 	}
 	if l.logInterval <= 0 {
 		l.logInterval = DefaultErrorLogInterval
+	}
+	l.errorLog = &everyInterval{interval: int64(l.logInterval)}
+	l.addressLog = &everyInterval{interval: int64(l.logInterval)}
+	if cfg.UnauthenticatedPerSecond > 0 {
+		l.unauthPerSecond = cfg.UnauthenticatedPerSecond
+		l.unauthBurst = cfg.UnauthenticatedBurst
+		if l.unauthBurst <= 0 {
+			l.unauthBurst = 2 * l.unauthPerSecond
+		}
+		l.unauthArgs = unauthenticatedOf(l.unauthPerSecond, l.unauthBurst)
 	}
 	l.audit = newAuditor(cfg.DB, l.log)
 	if cfg.Registerer != nil {
@@ -223,6 +243,29 @@ func argsOf(limit int) [2]string {
 	return a
 }
 
+// everyInterval lets one event through per interval and counts the others,
+// so that a line logged under a flood says how many it stands for.
+type everyInterval struct {
+	interval int64        // ns
+	last     atomic.Int64 // unix ns of the event let through last
+	count    atomic.Int64 // events since then, this one included
+}
+
+// take counts an event at now (unix ns) and reports whether it is the one to
+// log, with the events it stands for.
+func (e *everyInterval) take(now int64) (ok bool, n int64) {
+	e.count.Add(1)
+	last := e.last.Load()
+	if now-last < e.interval || !e.last.CompareAndSwap(last, now) {
+		return false, 0
+	}
+	return true, e.count.Swap(0)
+}
+
+// reset returns the events counted since the last one let through, and
+// starts the count again.
+func (e *everyInterval) reset() int64 { return e.count.Swap(0) }
+
 // errPaused is the error of a decision taken while Redis is left alone after
 // a failure.
 var errPaused = errors.New("limiter: redis failed recently; not asked")
@@ -261,15 +304,29 @@ func (l *Limiter) Allow(ctx context.Context, s Subject) Decision {
 		args[2*n] = strconv.FormatInt(l.now(), 10)
 	}
 
+	d, ok := l.decide(ctx, realm, ks[:n], args[:2*n+1], scopes[:n], limits[:n])
+	if !ok || d.Allowed {
+		return d
+	}
+	if d.FirstRefusal {
+		l.audit.enqueue(refusal{realm: s.Realm, token: s.Token, user: s.User, scope: d.Scope, limit: d.Limit})
+	}
+	return d
+}
+
+// decide runs the script on keys, whose scopes and ceilings follow them, and
+// counts the decision under realm (the label; "" for an address). ok is false
+// when Redis could not decide and the request is allowed anyway.
+func (l *Limiter) decide(ctx context.Context, realm string, keys, args []string, scopes []Scope, limits []int) (d Decision, ok bool) {
 	if until := l.pausedUntil.Load(); until != 0 && time.Now().UnixNano() < until {
-		return l.failOpen(realm, scopes[0], errPaused, false)
+		return l.failOpen(realm, scopes[0], errPaused, false), false
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	start := time.Now()
-	vals, err := gcraScript.Exec(cctx, l.client, ks[:n], args[:2*n+1]).AsIntSlice()
+	vals, err := gcraScript.Exec(cctx, l.client, keys, args).AsIntSlice()
 	l.latency.Observe(time.Since(start).Seconds())
 	cancel()
-	if err == nil && (len(vals) != 6 || vals[1] < 1 || vals[1] > int64(n)) {
+	if err == nil && (len(vals) != 6 || vals[1] < 1 || vals[1] > int64(len(keys))) {
 		err = errors.New("limiter: unexpected script reply")
 	}
 	if err != nil {
@@ -279,14 +336,14 @@ func (l *Limiter) Allow(ctx context.Context, s Subject) Decision {
 		// limiter off exactly when it is needed. A timeout costs its request
 		// the timeout, no more.
 		paused := ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded)
-		return l.failOpen(realm, scopes[0], err, paused)
+		return l.failOpen(realm, scopes[0], err, paused), false
 	}
 	if l.failing.CompareAndSwap(true, false) {
-		l.log.Info("limiter: redis answers again; deciding requests", slog.Int64("failed_decisions", l.unlogged.Swap(0)))
+		l.log.Info("limiter: redis answers again; deciding requests", slog.Int64("failed_decisions", l.errorLog.reset()))
 	}
 
 	i := vals[1] - 1
-	d := Decision{
+	d = Decision{
 		Allowed:      vals[0] == 1,
 		Scope:        scopes[i],
 		Limit:        limits[i],
@@ -295,15 +352,12 @@ func (l *Limiter) Allow(ctx context.Context, s Subject) Decision {
 		Reset:        time.Duration(vals[4]) * time.Microsecond,
 		FirstRefusal: vals[5] == 1,
 	}
+	result := "refused"
 	if d.Allowed {
-		l.decisions.WithLabelValues(realm, string(d.Scope), "allowed").Inc()
-		return d
+		result = "allowed"
 	}
-	l.decisions.WithLabelValues(realm, string(d.Scope), "refused").Inc()
-	if d.FirstRefusal {
-		l.audit.enqueue(refusal{realm: s.Realm, token: s.Token, user: s.User, scope: d.Scope, limit: d.Limit})
-	}
-	return d
+	l.decisions.WithLabelValues(realm, string(d.Scope), result).Inc()
+	return d, true
 }
 
 // failOpen allows a request the limiter could not decide, counts it, logs at
@@ -319,11 +373,9 @@ func (l *Limiter) failOpen(realm string, scope Scope, err error, pause bool) Dec
 	if !errors.Is(err, errPaused) {
 		l.failing.Store(true)
 	}
-	l.unlogged.Add(1)
-	last := l.lastLog.Load()
-	if now-last >= int64(l.logInterval) && l.lastLog.CompareAndSwap(last, now) {
+	if ok, n := l.errorLog.take(now); ok {
 		l.log.Warn("limiter: redis unreachable; allowing requests unlimited",
-			slog.String("error", err.Error()), slog.Int64("failed_decisions", l.unlogged.Swap(0)),
+			slog.String("error", err.Error()), slog.Int64("failed_decisions", n),
 			slog.Duration("log_interval", l.logInterval))
 	}
 	return Decision{Allowed: true, Scope: scope, Err: err}

@@ -283,7 +283,7 @@ func decisions(t *testing.T, reg *prometheus.Registry, realm uuid.UUID, scope, r
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["realm"] == realm.String() && labels["scope"] == scope && labels["result"] == result {
+			if (labels["realm"] == realm.String() || realm == uuid.Nil && labels["realm"] == "") && labels["scope"] == scope && labels["result"] == result {
 				sum += m.GetCounter().GetValue()
 			}
 		}

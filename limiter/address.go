@@ -1,0 +1,128 @@
+package limiter
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/appdor/appdor"
+)
+
+// ScopeUnauthenticated is the ceiling on lookups of credentials the server
+// does not know yet, per client address: the work a request can cause before
+// it is authenticated. A request whose credential is known (cached after its
+// first lookup) is never charged to it.
+const ScopeUnauthenticated Scope = "unauthenticated"
+
+// Defaults of the unauthenticated ceiling. A legitimate client costs one
+// lookup per credential and cache lifetime, then none: an office behind one
+// NAT starting a few dozen scripts or browser tabs at once fits in the burst,
+// and 20 a second sustained renews 200 distinct tokens per 10 s token-cache
+// lifetime from a single address. A client sending made-up credentials gains
+// nothing at any rate (a secret has 256 random bits); the ceiling exists so
+// that one address can make PostgreSQL look up at most this many unknown
+// credentials a second.
+const (
+	DefaultUnauthenticatedPerSecond = 20
+	DefaultUnauthenticatedBurst     = 40
+)
+
+// UnauthenticatedFlag names the setting of the unauthenticated ceiling in
+// the log line of its refusals, as the command line spells it.
+const UnauthenticatedFlag = "unauthenticated-requests-per-second"
+
+// addrPrefix starts every per-address quota key; the address is the hash tag.
+const addrPrefix = "appdor:quota:addr:{"
+
+// AddressKey names the unauthenticated quota key of a client address. An
+// IPv6 client is keyed by its /64, the block one subscriber is given: keyed
+// by the whole address, one client would have 2^64 allowances. An address
+// that does not parse is keyed as given.
+func AddressKey(addr string) string { return addrPrefix + addressOf(addr) + "}" }
+
+func addressOf(addr string) string {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, err := ip.Prefix(64)
+		if err == nil {
+			return p.String()
+		}
+	}
+	return ip.String()
+}
+
+// unauthenticatedOf is the script's arguments for a ceiling of perSecond
+// lookups a second with burst: GCRA with an emission interval of a second
+// divided by perSecond.
+func unauthenticatedOf(perSecond, burst int) [2]string {
+	e := max(time.Second.Microseconds()/int64(perSecond), 1)
+	return [2]string{strconv.FormatInt(e, 10), strconv.Itoa(burst)}
+}
+
+// UnauthenticatedLimit is the unauthenticated ceiling per second and its
+// burst; 0, 0 when it is off.
+func (l *Limiter) UnauthenticatedLimit() (perSecond, burst int) {
+	return l.unauthPerSecond, l.unauthBurst
+}
+
+// AllowAddress decides one lookup of an unknown credential for the client at
+// addr against the unauthenticated ceiling: one Redis round trip, the same
+// script and the same fail-open rule as Allow. With the ceiling off it allows
+// without asking. The first refusal of an episode is logged with the address
+// (never the credential); the metric has no address label.
+func (l *Limiter) AllowAddress(ctx context.Context, addr string) Decision {
+	if l.unauthPerSecond <= 0 {
+		return Decision{Allowed: true, Scope: ScopeUnauthenticated}
+	}
+	key := AddressKey(addr)
+	args := [3]string{l.unauthArgs[0], l.unauthArgs[1]}
+	if l.now != nil {
+		args[2] = strconv.FormatInt(l.now(), 10)
+	}
+	d, ok := l.decide(ctx, "", []string{key}, args[:], []Scope{ScopeUnauthenticated}, []int{l.unauthPerSecond})
+	if !ok || d.Allowed {
+		return d
+	}
+	if d.FirstRefusal {
+		l.logEpisode(refusal{scope: ScopeUnauthenticated, limit: l.unauthPerSecond,
+			address: key[len(addrPrefix) : len(key)-1]})
+	}
+	return d
+}
+
+// ScreenAddress is AllowAddress as an error: nil when allowed, else the
+// rate_limited error the server's error handler answers with (429,
+// Retry-After).
+func (l *Limiter) ScreenAddress(ctx context.Context, addr string) error {
+	d := l.AllowAddress(ctx, addr)
+	if d.Allowed {
+		return nil
+	}
+	return refusalError(d)
+}
+
+// refusalError is the coded error of a refused decision.
+func refusalError(d Decision) *appdor.Error {
+	return &appdor.Error{Code: appdor.ERateLimited, Message: refusalMessage[d.Scope], RetryAfter: d.RetryAfter}
+}
+
+// logEpisode writes the line of an address's refusal episode, at most once
+// per interval with the number of episodes it stands for: an address
+// hammering with made-up credentials opens an episode each time the ceiling
+// lets one through, and many addresses would otherwise choose how much the
+// server logs. The address is logged, never the credential.
+func (l *Limiter) logEpisode(r refusal) {
+	ok, n := l.addressLog.take(time.Now().UnixNano())
+	if !ok {
+		return
+	}
+	l.log.Warn(episodeMessage, slog.String("scope", string(r.scope)), slog.String("address", r.address),
+		slog.Int("limit", r.limit), slog.Int64("episodes", n), slog.String("flag", UnauthenticatedFlag),
+		slog.Duration("log_interval", l.logInterval))
+}
