@@ -104,7 +104,7 @@ func checkCSRF(c echo.Context, sessionSecret string) error {
 // CSRF token is 403 csrf_failed; a realm the person is not a member of is 404.
 func (s *Service) Authenticate() echo.MiddlewareFunc {
 	return s.credentialed(WithPrincipal, func(c echo.Context, secret string) error {
-		p, err := s.LookupSession(c.Request().Context(), secret, c.Request().Header.Get(RealmHeader))
+		p, err := s.LookupSession(withClientOf(c), secret, c.Request().Header.Get(RealmHeader))
 		if err != nil {
 			return err
 		}
@@ -120,7 +120,7 @@ func (s *Service) Identify() echo.MiddlewareFunc {
 	return s.credentialed(func(c echo.Context, p *Principal) {
 		c.Set(personKey, &Person{UserID: p.UserID, Token: p})
 	}, func(c echo.Context, secret string) error {
-		user, err := s.SessionUser(c.Request().Context(), secret)
+		user, err := s.SessionUser(withClientOf(c), secret)
 		if err != nil {
 			return err
 		}
@@ -132,7 +132,8 @@ func (s *Service) Identify() echo.MiddlewareFunc {
 // credentialed is what Authenticate and Identify share: it finds the
 // request's credential, looks a token up and hands its principal to byToken,
 // or checks a session's CSRF token and hands its secret to bySession. A
-// session that has ended also loses its cookies.
+// session that has ended also loses its cookies. A credential the server does
+// not know is screened by the client's address first (Guard).
 func (s *Service) credentialed(byToken func(echo.Context, *Principal), bySession func(echo.Context, string) error) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -142,7 +143,7 @@ func (s *Service) credentialed(byToken func(echo.Context, *Principal), bySession
 				return errUnauthorized
 			}
 			if token != "" || session == "" {
-				p, err := s.LookupToken(c.Request().Context(), token)
+				p, err := s.LookupToken(withClientOf(c), token)
 				if err != nil {
 					return challenge(c, err)
 				}

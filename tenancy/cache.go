@@ -181,3 +181,69 @@ func (c *tokenCache) clear() {
 	clear(c.byHash)
 	clear(c.byID)
 }
+
+// Credentials the server has seen lately, by the SHA-256 of their secret:
+// whether they turned out unknown or known decides, before any database work,
+// what a request with one of them may cost.
+const (
+	// UnknownCredentialTTL is how long a credential found unknown (no such
+	// token or session, or a revoked token, an ended session) is answered 401
+	// without PostgreSQL. It cannot hide a credential made later: a new token
+	// or session has a fresh secret of 256 random bits, which nobody could
+	// have sent before it existed; and one that was revoked or ended stays so.
+	UnknownCredentialTTL = 30 * time.Second
+	// KnownCredentialTTL is how long a credential that authenticated is
+	// spared the per-address screen and the unauthenticated gate when it
+	// must be looked up again (its cached answer expired, or sessions, which
+	// are not cached). It is no answer: the lookup still decides.
+	KnownCredentialTTL = 15 * time.Minute
+
+	// maxUnknownCredentials and maxKnownCredentials bound the two sets; a
+	// full set drops what expired, and starts over when that frees little.
+	maxUnknownCredentials = 50_000
+	maxKnownCredentials   = 100_000
+)
+
+// hashSet is a bounded set of credential hashes, each kept for ttl.
+type hashSet struct {
+	ttl time.Duration
+	max int
+
+	mu sync.RWMutex
+	m  map[[32]byte]int64 // hash → unix ns it expires at
+}
+
+func newHashSet(ttl time.Duration, max int) *hashSet {
+	return &hashSet{ttl: ttl, max: max, m: map[[32]byte]int64{}}
+}
+
+func (h *hashSet) has(hash [32]byte) bool {
+	h.mu.RLock()
+	exp, ok := h.m[hash]
+	h.mu.RUnlock()
+	return ok && time.Now().UnixNano() < exp
+}
+
+func (h *hashSet) add(hash [32]byte) {
+	now := time.Now().UnixNano()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.m[hash]; !ok && len(h.m) >= h.max {
+		for k, exp := range h.m {
+			if exp <= now {
+				delete(h.m, k)
+			}
+		}
+		// Little expired: start over rather than sweep again at the next add.
+		if len(h.m) >= h.max*3/4 {
+			clear(h.m)
+		}
+	}
+	h.m[hash] = now + int64(h.ttl)
+}
+
+func (h *hashSet) remove(hash [32]byte) {
+	h.mu.Lock()
+	delete(h.m, hash)
+	h.mu.Unlock()
+}

@@ -201,12 +201,15 @@ func (p *People) login(c echo.Context) error {
 // whether or not a session was live, but a live session's logout must carry
 // its CSRF token, so another site cannot sign a person out.
 func (s *Service) logout(c echo.Context) error {
-	if ck, err := c.Cookie(SessionCookie); err == nil && ck.Value != "" {
+	if ck, err := c.Cookie(SessionCookie); err == nil && validSessionSecret(ck.Value) {
+		ctx := withClientOf(c)
 		if err := checkCSRF(c, ck.Value); err != nil {
-			if _, err := s.SessionUser(c.Request().Context(), ck.Value); err == nil {
+			if _, err := s.SessionUser(ctx, ck.Value); err == nil {
 				return errCSRF
+			} else if appdor.ErrorCode(err) != appdor.EUnauthorized {
+				return err // refused or failed: whether it is live is not known
 			}
-		} else if err := s.Logout(c.Request().Context(), ck.Value); err != nil {
+		} else if err := s.Logout(ctx, ck.Value); err != nil {
 			return err
 		}
 	}

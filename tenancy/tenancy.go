@@ -99,10 +99,22 @@ type Service struct {
 	cache atomic.Pointer[tokenCache]
 	// lookups joins concurrent lookups of the same token.
 	lookups singleflight.Group
+	// guard screens and gates lookups of credentials nobody knows (SetGuard).
+	guard Guard
+	// known and unknown are credentials that authenticated lately, and
+	// credentials found unknown lately: see Guard.
+	known, unknown *hashSet
 }
 
 // New returns a Service on pool.
-func New(pool *pgxpool.Pool) *Service { return &Service{pool: pool} }
+func New(pool *pgxpool.Pool) *Service {
+	return &Service{
+		pool:    pool,
+		guard:   Guard{Timeout: DefaultLookupTimeout},
+		known:   newHashSet(KnownCredentialTTL, maxKnownCredentials),
+		unknown: newHashSet(UnknownCredentialTTL, maxUnknownCredentials),
+	}
+}
 
 // CreateRealm makes a realm.
 func (s *Service) CreateRealm(ctx context.Context, name string) (Realm, error) {
@@ -219,6 +231,9 @@ func (s *Service) createToken(ctx context.Context, db DBTX, realm, user uuid.UUI
 	if err != nil {
 		return Token{}, "", rls.Interpret(err)
 	}
+	// Its first requests may come from many clients at once; they need no
+	// screening (another replica screens the first lookup, once).
+	s.known.add([32]byte(hash))
 	return t, secret, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -16,9 +15,9 @@ import (
 // LookupToken finds the live token with this secret: its realm, its member's
 // role and its ceilings, in one query, or in the token cache when it was
 // started (StartTokenCache) and holds the answer. A revoked or unknown token
-// is unauthorized.
+// is unauthorized, and answered so from memory for a while (Guard).
 func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, error) {
-	if !strings.HasPrefix(secret, tokenPrefix) || len(secret) > 100 {
+	if !validTokenSecret(secret) {
 		return nil, errUnauthorized
 	}
 	hash := sha256.Sum256([]byte(secret))
@@ -27,6 +26,9 @@ func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, e
 		if p, ok := c.get(hash); ok {
 			return p, nil
 		}
+	}
+	if s.unknown.has(hash) {
+		return nil, errUnauthorized
 	}
 	// Concurrent requests with the same token that miss the cache share one
 	// query: sixty clients of one token arriving together after its cached
@@ -38,10 +40,12 @@ func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, e
 			gen = c.gen.Load()
 		}
 		// The query is shared: it must not end because the request that
-		// happened to start it went away.
-		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
-		defer cancel()
-		p, err := s.lookupToken(qctx, hash[:])
+		// happened to start it went away; the guard's timeout bounds it.
+		var p *Principal
+		err := s.guarded(context.WithoutCancel(ctx), hash, errUnauthorized, func(ctx context.Context) (err error) {
+			p, err = s.lookupToken(ctx, hash[:])
+			return err
+		})
 		if err == nil && c != nil {
 			c.put(hash, p, gen)
 		}
@@ -59,8 +63,9 @@ func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, e
 	}
 }
 
-// lookupTimeout bounds a token lookup shared by concurrent requests.
-const lookupTimeout = 5 * time.Second
+func validTokenSecret(secret string) bool {
+	return strings.HasPrefix(secret, tokenPrefix) && len(secret) <= 100
+}
 
 func (s *Service) lookupToken(ctx context.Context, hash []byte) (*Principal, error) {
 	p := &Principal{}
