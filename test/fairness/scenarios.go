@@ -17,7 +17,8 @@ import (
 
 // plan holds the scenarios' sizes. Every phase whose victim latency is
 // gated lasts long enough for at least 1,000 victim samples (6 s at 200/s);
-// the defaults keep a full run to about four minutes on a 2-core machine.
+// a full run takes about three and a half minutes on a 2-core machine (more
+// when the controlled storm is slow to finish its 3,000 reads).
 type plan struct {
 	VictimRate    int
 	Warmup        time.Duration
