@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -52,7 +53,12 @@ func serveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			gc, err := gcConfig(cmd, cgroupMemoryLimit(), os.Getenv)
+			if err != nil {
+				return err
+			}
 			log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
+			gc.apply(log)
 			app, err := server.New(cmd.Context(), cfg, log)
 			if err != nil {
 				return explain(err)
@@ -61,7 +67,7 @@ func serveCmd() *cobra.Command {
 			return app.Serve(cmd.Context())
 		},
 	}
-	for _, s := range serveSettings {
+	for _, s := range slices.Concat(serveSettings, gcSettings) {
 		s.register(cmd.Flags())
 	}
 	return cmd
