@@ -21,12 +21,22 @@ func (a *App) startLimiter(ctx context.Context) {
 			slog.String("flag", "limiter"), slog.String("value", "off"))
 		return
 	}
+	perSecond, burst := a.cfg.UnauthenticatedPerSecond, a.cfg.UnauthenticatedBurst
+	if perSecond == 0 {
+		perSecond = limiter.DefaultUnauthenticatedPerSecond
+		if burst == 0 {
+			burst = limiter.DefaultUnauthenticatedBurst
+		}
+	}
 	a.limiter = limiter.New(limiter.Config{
 		Client:     a.redis,
 		DB:         a.db,
 		Log:        a.log,
 		Registerer: a.metrics,
 		RealmLimit: a.cfg.RealmRequestsPerMinute,
+
+		UnauthenticatedPerSecond: max(perSecond, 0),
+		UnauthenticatedBurst:     burst,
 	})
 	a.log.Info("limiter=on", slog.String("flag", "limiter"), slog.Int("realm_requests_per_minute", a.limiter.RealmLimit()))
 }

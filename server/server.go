@@ -58,6 +58,16 @@ type Config struct {
 	LoginConcurrency int
 	// CSVBodyLimit bounds a CSV import's body in bytes; 0 is grid's default.
 	CSVBodyLimit int64
+	// UnauthenticatedPerSecond is how many lookups of unknown credentials a
+	// client address may cause a second; 0 for
+	// limiter.DefaultUnauthenticatedPerSecond, negative for none (off).
+	UnauthenticatedPerSecond int
+	// UnauthenticatedBurst is how many of those may come at once; 0 for
+	// limiter.DefaultUnauthenticatedBurst (or twice a rate that is set).
+	UnauthenticatedBurst int
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client
+	// address; none: the client is the direct peer.
+	TrustedProxies []*net.IPNet
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -166,6 +176,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.setupMetrics()
 	a.setupFairness()
+	a.guardLookups()
 	a.routes()
 	ok = true
 	return a, nil
@@ -239,6 +250,7 @@ func (a *App) routes() {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = a.errorHandler
+	e.IPExtractor = a.ipExtractor()
 	a.echo = e
 
 	e.Use(middleware.RequestID())

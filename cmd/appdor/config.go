@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -55,6 +56,11 @@ var (
 	sFairRetryAfter = setting{"fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER", "1s", "Retry-After of a concurrency_limited refusal"}
 
 	sLoginConcurrency = setting{"login-concurrency", "APPDOR_LOGIN_CONCURRENCY", "0", "sign-in password checks at once; a sign-in that finds none free within 500ms is refused (429); 0 is half the cores"}
+
+	// Before authentication: lookups of tokens and sessions the server does not know.
+	sUnauthRate     = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "20", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
+	sUnauthBurst    = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "40", "how many of those lookups one client address may cause at once"}
+	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client; empty: the client is the direct peer"}
 )
 
 // connSettings are the settings every command that touches the database has.
@@ -63,7 +69,7 @@ var connSettings = []setting{sDatabaseURL, sRedisURL}
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
 	sFairness, sFairSeats, sFairBgSeats, sFairQueue, sFairWait, sFairRetryAfter,
-	sLoginConcurrency, sCSVBodyLimit}
+	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sTrustedProxies}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -145,7 +151,45 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 		return cfg, configError(sCSVBodyLimit, "%q is not a size such as 1G or 500M", str(cmd, sCSVBodyLimit))
 	}
 	cfg.CSVBodyLimit = csvLimit
+	if err := unauthenticatedConfig(cmd, &cfg); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// unauthenticatedConfig reads the limit on lookups of unknown credentials per
+// client address, and the proxies trusted to name the client.
+func unauthenticatedConfig(cmd *cobra.Command, cfg *server.Config) error {
+	rate, err := strconv.Atoi(str(cmd, sUnauthRate))
+	if err != nil || rate < 0 || rate > 100_000 {
+		return configError(sUnauthRate, "%q is not a number from 0 (off) to 100000", str(cmd, sUnauthRate))
+	}
+	burst, err := strconv.Atoi(str(cmd, sUnauthBurst))
+	if err != nil || burst < 1 || burst > 100_000 {
+		return configError(sUnauthBurst, "%q is not a number from 1 to 100000", str(cmd, sUnauthBurst))
+	}
+	cfg.UnauthenticatedPerSecond, cfg.UnauthenticatedBurst = rate, burst
+	if rate == 0 {
+		cfg.UnauthenticatedPerSecond = -1 // the server's zero is the default
+	}
+	for _, f := range strings.Split(str(cmd, sTrustedProxies), ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !strings.Contains(f, "/") {
+			if strings.Contains(f, ":") {
+				f += "/128"
+			} else {
+				f += "/32"
+			}
+		}
+		_, n, err := net.ParseCIDR(f)
+		if err != nil {
+			return configError(sTrustedProxies, "%q is not an address or a CIDR range such as 10.0.0.0/8", f)
+		}
+		cfg.TrustedProxies = append(cfg.TrustedProxies, n)
+	}
+	return nil
 }
 
 // fairnessConfig reads the admission controller's knobs; zeros leave the
