@@ -210,7 +210,8 @@ type flow struct {
 	estimate   float64 // EWMA of its service time, seconds
 	lastSeen   time.Time
 	activeTill time.Time
-	refusedAt  time.Time
+	refusedAt  time.Time // its last refusal, for the episode's log line
+	backedAt   time.Time // its last refusal with work of its own ahead: not sparse for a while
 	loggedAt   time.Time
 	fm         *flowMetrics
 }
@@ -282,7 +283,7 @@ func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*
 	c.sweep(now)
 	l := c.levels[lvl]
 	f := c.lookup(l, flowName, now)
-	sparse := lvl == Interactive && f.idle() && (f.refusedAt.IsZero() || now.Sub(f.refusedAt) >= c.cfg.SparseAfterRefusal)
+	sparse := lvl == Interactive && f.idle() && (f.backedAt.IsZero() || now.Sub(f.backedAt) >= c.cfg.SparseAfterRefusal)
 	// At once, when nobody waits ahead and a seat is free to take.
 	if l.inUse < l.seats && len(l.sparse) == 0 && (sparse || (l.queued == 0 && l.backlogged < c.backlogCap(l))) {
 		s := c.start(l, f, sparse, now)
@@ -291,11 +292,11 @@ func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*
 		return s, ""
 	}
 	if lvl == Interactive && len(f.queue)+f.sparseWait >= c.cfg.QueueLength {
-		c.refuse(f, ReasonQueueFull, now)
+		c.refuse(f, ReasonQueueFull, now, true)
 		c.mu.Unlock()
 		return nil, ReasonQueueFull
 	}
-	w := &waiter{f: f, sparse: sparse, enqueued: now, ready: make(chan struct{})}
+	w := &waiter{f: f, sparse: sparse, ahead: len(f.queue) + f.sparseWait, enqueued: now, ready: make(chan struct{})}
 	if sparse {
 		l.sparse = append(l.sparse, w)
 		f.sparseWait++
@@ -354,6 +355,7 @@ const (
 type waiter struct {
 	f        *flow
 	sparse   bool
+	ahead    int // units of its flow queued ahead of it when it came
 	enqueued time.Time
 	ready    chan struct{}
 	state    int
@@ -483,7 +485,7 @@ func (c *Controller) expire(w *waiter) {
 	c.unqueue(w)
 	w.state = waitRefused
 	w.reason = ReasonWaitExpired
-	c.refuse(w.f, ReasonWaitExpired, c.cfg.Clock.Now())
+	c.refuse(w.f, ReasonWaitExpired, c.cfg.Clock.Now(), w.ahead > 0)
 	close(w.ready)
 }
 
@@ -512,9 +514,15 @@ func remove(q []*waiter, w *waiter) []*waiter {
 }
 
 // refuse counts a refusal of f's work, and logs the first of an episode.
-// c.mu is held.
-func (c *Controller) refuse(f *flow, reason string, now time.Time) {
+// A refusal of work that had work of its own flow queued ahead of it marks
+// the flow as backlogged: its requests are not sparse for SparseAfterRefusal,
+// however idle it looks between its clients' retries. A light realm's lone
+// overlapping request that waited too long does not mark it. c.mu is held.
+func (c *Controller) refuse(f *flow, reason string, now time.Time, marks bool) {
 	f.fm.refused(reason).Inc()
+	if marks {
+		f.backedAt = now
+	}
 	first := f.refusedAt.IsZero() || now.Sub(f.refusedAt) >= episodeGap
 	f.refusedAt = now
 	if first && c.cfg.Log != nil {

@@ -177,17 +177,20 @@ func TestARealmAloneUsesEverySeatAndWaitsBehindNobody(t *testing.T) {
 	require.Equal(t, 0, c.InUse(Interactive))
 }
 
-// stormed makes storms as they are in steady state: each was refused (its
-// first, sparse, request's wait expired) and has units queued.
+// stormed makes storms as they are in steady state: each was refused with
+// work of its own queued ahead (its two units' waits expired) and has units
+// queued.
 func stormed(t *testing.T, c *Controller, k *clock, storms []string, queued int, out chan<- grant) {
 	t.Helper()
-	expired := make(chan grant, len(storms))
+	expired := make(chan grant, 2*len(storms))
 	for _, s := range storms {
 		ask(c, s, Interactive, expired)
 		awaitQueued(t, c, s, Interactive, 1)
+		ask(c, s, Interactive, expired)
+		awaitQueued(t, c, s, Interactive, 2)
 	}
 	k.advance(c.cfg.WaitBound)
-	for range storms {
+	for range 2 * len(storms) {
 		require.Equal(t, ReasonWaitExpired, reason(next(t, expired).err))
 	}
 	for _, s := range storms {
@@ -543,4 +546,34 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 		return 0
 	}
 	return m.GetGauge().GetValue()
+}
+
+// A light realm whose one overlapping request waited too long is not taken
+// for a storm: with nothing of its own ahead of that request, its next
+// request is sparse again.
+func TestALightRealmsExpiredOverlapKeepsItSparse(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats = 2 })
+	storm := now(t, c, "storm")
+	v := now(t, c, "victim") // sparse, in flight
+	out := make(chan grant, 4)
+	ask(c, "victim", Interactive, out) // overlaps: backlogged, behind the storm's seat
+	awaitQueued(t, c, "victim", Interactive, 1)
+	k.advance(c.cfg.WaitBound)
+	require.Equal(t, ReasonWaitExpired, reason(next(t, out).err))
+	v()
+
+	other := now(t, c, "other")       // the seats are full again
+	ask(c, "storm", Interactive, out) // backlogged
+	awaitQueued(t, c, "storm", Interactive, 1)
+	ask(c, "victim", Interactive, out)
+	awaitQueued(t, c, "victim", Interactive, 1)
+	other()
+	g := next(t, out)
+	require.Equal(t, "victim", g.flow, "the victim is still sparse")
+	g.release()
+	storm()
+	g = next(t, out)
+	require.Equal(t, "storm", g.flow)
+	g.release()
 }
