@@ -7,10 +7,13 @@
 // for background work (CSV import batches, automations). A flow is a realm
 // (or FlowUnauthenticated); each flow has a FIFO queue per level.
 //
-//   - Sparse first: a request whose flow has nothing in flight or queued, and
-//     was not refused within SparseAfterRefusal, takes any free seat, or waits
-//     ahead of every backlogged flow. A storm that idles between refusals is
-//     not sparse: it was refused.
+//   - Sparse first: a request whose flow has nothing queued and at most one
+//     unit in flight takes any free seat, or waits ahead of every backlogged
+//     flow — unless, within SparseAfterRefusal, the flow had work refused
+//     with work of its own queued ahead of it: a storm that idles between
+//     refusals is not sparse. (Counting one unit in flight keeps a light
+//     realm's overlapping request out of the storms' seats: counted as
+//     backlogged, a victim's requests queued eight deep with three seats free.)
 //   - Backlogged flows by virtual time: when a seat frees, the backlogged flow
 //     with the lowest virtual time goes next. Each unit's measured service
 //     time advances its flow's clock, so heavy work falls behind light work;
@@ -283,7 +286,8 @@ func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*
 	c.sweep(now)
 	l := c.levels[lvl]
 	f := c.lookup(l, flowName, now)
-	sparse := lvl == Interactive && f.idle() && (f.backedAt.IsZero() || now.Sub(f.backedAt) >= c.cfg.SparseAfterRefusal)
+	sparse := lvl == Interactive && len(f.queue) == 0 && f.sparseWait == 0 && f.inflight <= 1 &&
+		(f.backedAt.IsZero() || now.Sub(f.backedAt) >= c.cfg.SparseAfterRefusal)
 	// At once, when nobody waits ahead and a seat is free to take.
 	if l.inUse < l.seats && len(l.sparse) == 0 && (sparse || (l.queued == 0 && l.backlogged < c.backlogCap(l))) {
 		s := c.start(l, f, sparse, now)
@@ -528,7 +532,7 @@ func (c *Controller) refuse(f *flow, reason string, now time.Time, marks bool) {
 	if first && c.cfg.Log != nil {
 		l := f.lvl
 		c.cfg.Log.Warn("fairness: concurrency_limited",
-			slog.String("realm", f.name), slog.String("level", l.lvl.String()), slog.String("reason", reason),
+			slog.String("realm", f.name), slog.String("fairness_level", l.lvl.String()), slog.String("reason", reason),
 			slog.Int("inflight", f.inflight), slog.Int("queued", len(f.queue)+f.sparseWait),
 			slog.Int("seats_in_use", l.inUse), slog.Int("seats", l.seats), slog.Int("active_realms", c.active))
 	}

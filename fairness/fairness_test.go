@@ -368,24 +368,32 @@ func TestHeavyWorkFallsBehindLightWork(t *testing.T) {
 }
 
 // While several realms are active, work from the queues holds at most
-// BackloggedSeats seats together; the other seats stay for sparse requests.
+// BackloggedSeats seats together; the other seats stay for sparse requests,
+// a light realm's overlapping one among them.
 func TestBackloggedRealmsTogetherHoldTheirSeats(t *testing.T) {
 	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats = 4, 1 })
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats = 5, 1 })
 	v := now(t, c, "victim")
-	a := now(t, c, "a") // sparse
+	a1, a2 := now(t, c, "a"), now(t, c, "a") // sparse: nothing queued, at most one in flight
 	out := make(chan grant, 8)
 	ask(c, "a", Interactive, out) // backlogged: takes the one backlogged seat
 	g := next(t, out)
 	require.NoError(t, g.err)
 	ask(c, "a", Interactive, out)
 	awaitQueued(t, c, "a", Interactive, 1)
-	require.Equal(t, 3, c.InUse(Interactive), "a seat stays free for sparse work")
+	require.Equal(t, 4, c.InUse(Interactive), "a seat stays free for sparse work")
 	b := now(t, c, "b") // sparse: takes the free seat at once
+	victim := make(chan grant, 1)
+	ask(c, "victim", Interactive, victim) // overlaps its own request: still sparse
+	awaitQueued(t, c, "victim", Interactive, 1)
 	g.release()
+	vg := next(t, victim)
+	require.NoError(t, vg.err, "the light realm's overlapping request goes first")
+	none(t, out)
+	vg.release()
 	g2 := next(t, out)
 	require.NoError(t, g2.err)
-	for _, r := range []func(){v, a, b, g2.release} {
+	for _, r := range []func(){v, a1, a2, b, g2.release} {
 		r()
 	}
 }
@@ -549,22 +557,29 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 }
 
 // A light realm whose one overlapping request waited too long is not taken
-// for a storm: with nothing of its own ahead of that request, its next
-// request is sparse again.
+// for a storm: with nothing of its own queued ahead of that request, its
+// next request is sparse again, while a storm refused with work queued ahead
+// is not.
 func TestALightRealmsExpiredOverlapKeepsItSparse(t *testing.T) {
 	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats = 2 })
-	storm := now(t, c, "storm")
-	v := now(t, c, "victim") // sparse, in flight
-	out := make(chan grant, 4)
-	ask(c, "victim", Interactive, out) // overlaps: backlogged, behind the storm's seat
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats = 3 })
+	s1, s2 := now(t, c, "storm"), now(t, c, "storm")
+	v := now(t, c, "victim")
+	out := make(chan grant, 8)
+	ask(c, "victim", Interactive, out) // overlaps: waits, no seat free
 	awaitQueued(t, c, "victim", Interactive, 1)
+	ask(c, "storm", Interactive, out)
+	awaitQueued(t, c, "storm", Interactive, 1)
+	ask(c, "storm", Interactive, out)
+	awaitQueued(t, c, "storm", Interactive, 2)
 	k.advance(c.cfg.WaitBound)
-	require.Equal(t, ReasonWaitExpired, reason(next(t, out).err))
+	for range 3 {
+		require.Equal(t, ReasonWaitExpired, reason(next(t, out).err))
+	}
 	v()
 
 	other := now(t, c, "other")       // the seats are full again
-	ask(c, "storm", Interactive, out) // backlogged
+	ask(c, "storm", Interactive, out) // refused with work ahead: not sparse
 	awaitQueued(t, c, "storm", Interactive, 1)
 	ask(c, "victim", Interactive, out)
 	awaitQueued(t, c, "victim", Interactive, 1)
@@ -572,8 +587,9 @@ func TestALightRealmsExpiredOverlapKeepsItSparse(t *testing.T) {
 	g := next(t, out)
 	require.Equal(t, "victim", g.flow, "the victim is still sparse")
 	g.release()
-	storm()
+	s1()
 	g = next(t, out)
 	require.Equal(t, "storm", g.flow)
 	g.release()
+	s2()
 }
