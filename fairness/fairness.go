@@ -4,30 +4,31 @@
 //
 // Work runs in seats: Seats concurrently running units of interactive work
 // (default two per core, within the pool) and BackgroundSeats of their own
-// for background work (CSV import batches, automations). A flow is a realm
-// (or FlowUnauthenticated); each flow has a FIFO queue per level.
+// for background work (CSV import batches, automations), which waits as long
+// as its context lasts in seats no request ever waits for. A flow is a realm
+// (or FlowUnauthenticated) at one level, with a FIFO queue.
 //
-//   - Sparse first: a request whose flow has nothing queued and at most one
-//     unit in flight takes any free seat, or waits ahead of every backlogged
-//     flow — unless, within SparseAfterRefusal, the flow had work refused
-//     with work of its own queued ahead of it: a storm that idles between
-//     refusals is not sparse. (Counting one unit in flight keeps a light
-//     realm's overlapping request out of the storms' seats: counted as
-//     backlogged, a victim's requests queued eight deep with three seats free.)
-//   - Backlogged flows by virtual time: when a seat frees, the backlogged flow
-//     with the lowest virtual time goes next. Each unit's measured service
-//     time advances its flow's clock, so heavy work falls behind light work;
-//     a flow that becomes backlogged starts at the current virtual time.
-//   - While several flows are active (a request within ActiveWindow), work
-//     from the queues holds at most BackloggedSeats seats together (half the
-//     cores); a flow alone holds every seat (work-conserving). Measured on two
-//     cores: a light read beside two storm reads is 2.8× its baseline, beside
-//     one 1.5–1.8×; equal shares alone left a quiet realm ×23.6 beside
-//     sixteen storms, sparse-first brought it to ×1.3–1.7.
+//   - Sparse flows first (FQ-CoDel's new flows, RFC 8290): when a seat frees,
+//     work of sparse flows goes before work of backlogged flows. A flow is
+//     backlogged for SparseAfterRefusal after work of it was refused while
+//     work of its own waited ahead of it (its queue could not be served within
+//     the wait bound), so a storm that idles between refusals stays
+//     backlogged; a burst's one late request does not make a flow backlogged.
+//   - Within each, weighted fair queuing: the flow whose next unit would
+//     finish first in virtual time goes next. A unit's measured service time
+//     advances its flow's virtual time, so heavy work falls behind light work;
+//     a flow that starts waiting starts at the current virtual time; a flow
+//     not measured yet is taken to cost four times the heaviest measured one,
+//     so realms arriving together queue behind the realms at work.
+//   - While several flows are active (a request within ActiveWindow),
+//     backlogged flows together hold at most BackloggedSeats seats (half the
+//     cores) and a sparse flow runs one unit at a time; a flow alone holds
+//     every seat (work-conserving). Measured on two cores: a light read beside
+//     two storm reads is 2.8× its baseline, beside one 1.5–1.8×; equal shares
+//     alone left a quiet realm ×23.6 beside sixteen storms.
 //   - Waits are bounded: an interactive queue holds QueueLength units and a
 //     unit waits at most WaitBound; a full queue or an expired wait is a
-//     refusal, 429 concurrency_limited with Retry-After. Background work waits
-//     as long as its context lasts, in seats no request ever waits for.
+//     refusal, 429 concurrency_limited with Retry-After.
 //
 // Acquire is the one entry point; Middleware is Acquire for HTTP requests,
 // answering a refusal with a pre-encoded 429. fairness knows nothing of grid
@@ -81,6 +82,13 @@ const (
 	DefaultActiveWindow       = time.Second
 	DefaultSparseAfterRefusal = 2 * time.Second
 	DefaultRetryAfter         = time.Second
+	// minEstimate is the least service time, seconds, a flow is assumed to
+	// need; unmeasuredFactor is how much heavier than the heaviest known an
+	// unmeasured flow is taken to be. Sixteen storms arriving at once beside a
+	// quiet realm were served first while they looked as light as it; the
+	// quiet realm's waits then expired.
+	minEstimate      = 0.001
+	unmeasuredFactor = 4
 	// forgetAfter is how long an idle flow's state is kept.
 	forgetAfter = time.Minute
 	// episodeGap: a refusal this long after a flow's last one starts a new
@@ -99,8 +107,8 @@ type Config struct {
 	// BackgroundSeats is the background level's seats; 0 is
 	// max(1, GOMAXPROCS/2).
 	BackgroundSeats int
-	// BackloggedSeats is how many seats work taken from the queues may hold
-	// together while several flows are active; 0 is max(1, GOMAXPROCS/2).
+	// BackloggedSeats is how many seats backlogged flows may hold together
+	// while several flows are active; 0 is max(1, GOMAXPROCS/2).
 	BackloggedSeats int
 	// QueueLength is each flow's interactive queue; 0 is DefaultQueueLength.
 	QueueLength int
@@ -110,8 +118,9 @@ type Config struct {
 	// ActiveWindow is how long a flow counts as active after its last
 	// request; 0 is DefaultActiveWindow.
 	ActiveWindow time.Duration
-	// SparseAfterRefusal is how long after a refusal a flow's requests are
-	// not sparse; 0 is DefaultSparseAfterRefusal.
+	// SparseAfterRefusal is how long a flow stays backlogged after work of
+	// it was refused with its own work queued ahead; 0 is
+	// DefaultSparseAfterRefusal.
 	SparseAfterRefusal time.Duration
 	// RetryAfter is what a refusal asks the client to wait; 0 is
 	// DefaultRetryAfter.
@@ -194,12 +203,10 @@ type level struct {
 	lvl        Level
 	seats      int
 	inUse      int
-	backlogged int // seats held by work taken from the flows' queues
-	sparse     []*waiter
+	backlogged int // seats held by backlogged flows
 	flows      map[string]*flow
 	queued     int     // waiters in the flows' queues
 	vnow       float64 // virtual time: the start tag of the last dispatch
-	avgService float64 // EWMA of service time, seconds: a new flow's estimate
 }
 
 // flow is one realm's state at one level.
@@ -208,18 +215,27 @@ type flow struct {
 	lvl        *level
 	inflight   int
 	queue      []*waiter
-	sparseWait int     // its waiters in the level's sparse queue
 	vt         float64 // virtual finish time of its last dispatched work, seat-seconds
 	estimate   float64 // EWMA of its service time, seconds
+	measured   bool    // estimate is measured, not assumed
 	lastSeen   time.Time
 	activeTill time.Time
 	refusedAt  time.Time // its last refusal, for the episode's log line
-	backedAt   time.Time // its last refusal with work of its own ahead: not sparse for a while
-	loggedAt   time.Time
+	backedAt   time.Time // its last refusal with work of its own queued ahead
 	fm         *flowMetrics
 }
 
-func (f *flow) idle() bool { return f.inflight == 0 && len(f.queue) == 0 && f.sparseWait == 0 }
+func (f *flow) idle() bool { return f.inflight == 0 && len(f.queue) == 0 }
+
+// finish is the virtual time at which f's next unit would finish: the
+// dispatcher serves the smallest first (weighted fair queuing's rule).
+func (f *flow) finish(l *level) float64 { return max(f.vt, l.vnow) + f.estimate }
+
+// backlogged says whether f was refused with work of its own queued ahead
+// within SparseAfterRefusal.
+func (c *Controller) backlogged(f *flow, now time.Time) bool {
+	return f.lvl.lvl == Interactive && !f.backedAt.IsZero() && now.Sub(f.backedAt) < c.cfg.SparseAfterRefusal
+}
 
 // New returns a controller sized by cfg (see Config.Sized). Its metrics are
 // registered on reg when reg is not nil.
@@ -231,7 +247,7 @@ func New(cfg Config, reg prometheus.Registerer) *Controller {
 		if l == Background {
 			seats = cfg.BackgroundSeats
 		}
-		c.levels[l] = &level{lvl: l, seats: seats, flows: map[string]*flow{}, avgService: 0.001}
+		c.levels[l] = &level{lvl: l, seats: seats, flows: map[string]*flow{}}
 	}
 	c.m = newMetrics(c, reg)
 	return c
@@ -268,12 +284,12 @@ func (c *Controller) Acquire(ctx context.Context, flowName string, lvl Level) (r
 
 // seat is one unit's hold on a seat.
 type seat struct {
-	c      *Controller
-	f      *flow
-	start  time.Time
-	sparse bool
-	charge float64 // the estimate charged to its flow's virtual time at start
-	done   bool    // under c.mu
+	c          *Controller
+	f          *flow
+	start      time.Time
+	backlogged bool    // taken as work of a backlogged flow
+	charge     float64 // the estimate charged to its flow's virtual time at start
+	done       bool    // under c.mu
 }
 
 // acquire is Acquire without the error: the seat, or the refusal's reason.
@@ -286,32 +302,25 @@ func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*
 	c.sweep(now)
 	l := c.levels[lvl]
 	f := c.lookup(l, flowName, now)
-	sparse := lvl == Interactive && len(f.queue) == 0 && f.sparseWait == 0 && f.inflight <= 1 &&
-		(f.backedAt.IsZero() || now.Sub(f.backedAt) >= c.cfg.SparseAfterRefusal)
-	// At once, when nobody waits ahead and a seat is free to take.
-	if l.inUse < l.seats && len(l.sparse) == 0 && (sparse || (l.queued == 0 && l.backlogged < c.backlogCap(l))) {
-		s := c.start(l, f, sparse, now)
+	// At once, when nobody waits and the flow may take a free seat.
+	if l.queued == 0 && c.may(l, f, now) {
+		s := c.start(l, f, now)
 		f.fm.waited.Observe(0)
 		c.mu.Unlock()
 		return s, ""
 	}
-	if lvl == Interactive && len(f.queue)+f.sparseWait >= c.cfg.QueueLength {
+	if lvl == Interactive && len(f.queue) >= c.cfg.QueueLength {
 		c.refuse(f, ReasonQueueFull, now, true)
 		c.mu.Unlock()
 		return nil, ReasonQueueFull
 	}
-	w := &waiter{f: f, sparse: sparse, ahead: len(f.queue) + f.sparseWait, enqueued: now, ready: make(chan struct{})}
-	if sparse {
-		l.sparse = append(l.sparse, w)
-		f.sparseWait++
-	} else {
-		if len(f.queue) == 0 {
-			// A flow that becomes backlogged starts at the current virtual time.
-			f.vt = max(f.vt, l.vnow)
-		}
-		f.queue = append(f.queue, w)
-		l.queued++
+	if len(f.queue) == 0 {
+		// A flow that starts waiting starts at the current virtual time.
+		f.vt = max(f.vt, l.vnow)
 	}
+	w := &waiter{f: f, ahead: len(f.queue), enqueued: now, ready: make(chan struct{})}
+	f.queue = append(f.queue, w)
+	l.queued++
 	f.fm.queue.Inc()
 	c.dispatch(l, now)
 	if w.state == waitQueued && lvl == Interactive {
@@ -355,10 +364,9 @@ const (
 	waitRefused
 )
 
-// waiter is a unit of work waiting in a queue.
+// waiter is a unit of work waiting in its flow's queue.
 type waiter struct {
 	f        *flow
-	sparse   bool
 	ahead    int // units of its flow queued ahead of it when it came
 	enqueued time.Time
 	ready    chan struct{}
@@ -373,7 +381,17 @@ type waiter struct {
 func (c *Controller) lookup(l *level, name string, now time.Time) *flow {
 	f := l.flows[name]
 	if f == nil {
-		f = &flow{name: name, lvl: l, estimate: l.avgService, vt: l.vnow, fm: c.m.flow(name, l.lvl)}
+		// Until its first unit is measured, a flow is taken to cost
+		// unmeasuredFactor times the heaviest the level knows: realms that
+		// arrive together wait behind the realms at work, not before them.
+		est := minEstimate
+		for _, g := range l.flows {
+			if g.measured {
+				est = max(est, g.estimate)
+			}
+		}
+		est *= unmeasuredFactor
+		f = &flow{name: name, lvl: l, estimate: est, vt: l.vnow, fm: c.m.flow(name, l.lvl)}
 		l.flows[name] = f
 	}
 	if l.lvl == Interactive && !now.Before(f.activeTill) && f.idle() {
@@ -414,20 +432,35 @@ func (c *Controller) sweep(now time.Time) {
 	}
 }
 
-// backlogCap is how many seats work from the queues may hold at l now: all
-// of them for a flow alone, BackloggedSeats while several are active.
+// may says whether f may take a free seat of l now: a sparse flow
+// sparseInflight units, backlogged flows together BackloggedSeats, while
+// several flows are active; anyone, when alone or at the background level.
 // c.mu is held.
-func (c *Controller) backlogCap(l *level) int {
-	if l.lvl == Background || c.active <= 1 {
-		return l.seats
+func (c *Controller) may(l *level, f *flow, now time.Time) bool {
+	if l.inUse >= l.seats {
+		return false
 	}
-	return c.cfg.BackloggedSeats
+	if l.lvl == Background || c.active <= 1 {
+		return true
+	}
+	if c.backlogged(f, now) {
+		return l.backlogged < c.cfg.BackloggedSeats
+	}
+	return f.inflight < sparseInflight
 }
 
+// sparseInflight is how many units a sparse flow runs at once while several
+// flows are active: its next waits for its own, so a flow that asks for more
+// than it gets waits in its queue, where its waits show it backlogged. With
+// two, three storms that never waited long enough to be refused held every
+// seat.
+const sparseInflight = 1
+
 // start gives f a seat at l. c.mu is held.
-func (c *Controller) start(l *level, f *flow, sparse bool, now time.Time) *seat {
+func (c *Controller) start(l *level, f *flow, now time.Time) *seat {
+	backlogged := c.backlogged(f, now)
 	l.inUse++
-	if !sparse {
+	if backlogged {
 		l.backlogged++
 	}
 	f.inflight++
@@ -438,45 +471,43 @@ func (c *Controller) start(l *level, f *flow, sparse bool, now time.Time) *seat 
 	f.vt += f.estimate
 	f.fm.seats.Inc()
 	f.fm.dispatched.Inc()
-	return &seat{c: c, f: f, start: now, sparse: sparse, charge: f.estimate}
+	return &seat{c: c, f: f, start: now, backlogged: backlogged, charge: f.estimate}
 }
 
-// dispatch fills l's free seats: sparse waiters first, in arrival order, then
-// the backlogged flow with the lowest virtual time. c.mu is held.
+// dispatch fills l's free seats: the sparse flow with the lowest virtual time
+// first, then the backlogged one, each within what it may hold. c.mu is held.
 func (c *Controller) dispatch(l *level, now time.Time) {
-	for l.inUse < l.seats {
-		if len(l.sparse) > 0 {
-			w := l.sparse[0]
-			l.sparse[0] = nil
-			l.sparse = l.sparse[1:]
-			w.f.sparseWait--
-			c.hand(l, w, now)
-			continue
-		}
-		if l.queued == 0 || l.backlogged >= c.backlogCap(l) {
-			return
-		}
-		var next *flow
+	for l.queued > 0 && l.inUse < l.seats {
+		var sparse, backed *flow
 		for _, f := range l.flows {
-			if len(f.queue) > 0 && (next == nil || f.vt < next.vt) {
-				next = f
+			if len(f.queue) == 0 || !c.may(l, f, now) {
+				continue
 			}
+			if c.backlogged(f, now) {
+				if backed == nil || f.finish(l) < backed.finish(l) {
+					backed = f
+				}
+			} else if sparse == nil || f.finish(l) < sparse.finish(l) {
+				sparse = f
+			}
+		}
+		next := sparse
+		if next == nil {
+			next = backed
+		}
+		if next == nil {
+			return
 		}
 		w := next.queue[0]
 		next.queue[0] = nil
 		next.queue = next.queue[1:]
 		l.queued--
-		c.hand(l, w, now)
+		w.seat = c.start(l, next, now)
+		w.state = waitDispatched
+		next.fm.queue.Dec()
+		next.fm.waited.Observe(now.Sub(w.enqueued).Seconds())
+		close(w.ready)
 	}
-}
-
-// hand gives waiter w a seat and wakes it. c.mu is held.
-func (c *Controller) hand(l *level, w *waiter, now time.Time) {
-	w.seat = c.start(l, w.f, w.sparse, now)
-	w.state = waitDispatched
-	w.f.fm.queue.Dec()
-	w.f.fm.waited.Observe(now.Sub(w.enqueued).Seconds())
-	close(w.ready)
 }
 
 // expire refuses w if it still waits when its wait bound fires.
@@ -495,15 +526,10 @@ func (c *Controller) expire(w *waiter) {
 
 // unqueue takes a queued w out of its queue. c.mu is held.
 func (c *Controller) unqueue(w *waiter) {
-	f, l := w.f, w.f.lvl
+	f := w.f
 	f.fm.queue.Dec()
-	if w.sparse {
-		l.sparse = remove(l.sparse, w)
-		f.sparseWait--
-		return
-	}
 	f.queue = remove(f.queue, w)
-	l.queued--
+	f.lvl.queued--
 }
 
 func remove(q []*waiter, w *waiter) []*waiter {
@@ -518,10 +544,10 @@ func remove(q []*waiter, w *waiter) []*waiter {
 }
 
 // refuse counts a refusal of f's work, and logs the first of an episode.
-// A refusal of work that had work of its own flow queued ahead of it marks
-// the flow as backlogged: its requests are not sparse for SparseAfterRefusal,
-// however idle it looks between its clients' retries. A light realm's lone
-// overlapping request that waited too long does not mark it. c.mu is held.
+// A refusal of work that had work of its own flow queued ahead of it makes
+// the flow backlogged for SparseAfterRefusal, however idle it looks between
+// its clients' retries; one late request with nothing of its own ahead does
+// not. c.mu is held.
 func (c *Controller) refuse(f *flow, reason string, now time.Time, marks bool) {
 	f.fm.refused(reason).Inc()
 	if marks {
@@ -533,7 +559,7 @@ func (c *Controller) refuse(f *flow, reason string, now time.Time, marks bool) {
 		l := f.lvl
 		c.cfg.Log.Warn("fairness: concurrency_limited",
 			slog.String("realm", f.name), slog.String("fairness_level", l.lvl.String()), slog.String("reason", reason),
-			slog.Int("inflight", f.inflight), slog.Int("queued", len(f.queue)+f.sparseWait),
+			slog.Int("inflight", f.inflight), slog.Int("queued", len(f.queue)),
 			slog.Int("seats_in_use", l.inUse), slog.Int("seats", l.seats), slog.Int("active_realms", c.active))
 	}
 }
@@ -555,11 +581,14 @@ func (s *seat) release() {
 	f, l := s.f, s.f.lvl
 	service := max(now.Sub(s.start).Seconds(), 0)
 	f.vt += service - s.charge
-	f.estimate += (service - f.estimate) / 8
-	l.avgService += (service - l.avgService) / 64
+	if f.measured {
+		f.estimate += (service - f.estimate) / 8
+	} else {
+		f.estimate, f.measured = service, true
+	}
 	f.inflight--
 	l.inUse--
-	if !s.sparse {
+	if s.backlogged {
 		l.backlogged--
 	}
 	f.lastSeen = now
@@ -579,7 +608,7 @@ func (c *Controller) Queued(flowName string, lvl Level) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f := c.levels[lvl].flows[flowName]; f != nil {
-		return len(f.queue) + f.sparseWait
+		return len(f.queue)
 	}
 	return 0
 }

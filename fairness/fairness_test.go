@@ -102,7 +102,9 @@ func ask(c *Controller, flow string, lvl Level, out chan<- grant) {
 // now acquires a seat that must be granted at once.
 func now(t *testing.T, c *Controller, flow string) func() {
 	t.Helper()
-	rel, err := c.Acquire(context.Background(), flow, Interactive)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rel, err := c.Acquire(ctx, flow, Interactive)
 	require.NoError(t, err)
 	return rel
 }
@@ -261,19 +263,15 @@ func TestAStormIdlingBetweenRefusalsIsNotSparse(t *testing.T) {
 	g.release()
 
 	// Two seconds on, the storm is sparse again.
+	require.True(t, c.isBacklogged("storm"))
 	k.advance(2 * time.Second)
-	hold = now(t, c, "other")
-	ask(c, "victim", Interactive, out)
-	awaitQueued(t, c, "victim", Interactive, 1)
-	ask(c, "storm", Interactive, out)
-	awaitQueued(t, c, "storm", Interactive, 1)
-	hold()
-	g = next(t, out)
-	require.Equal(t, "victim", g.flow, "sparse requests are served in arrival order")
-	g.release()
-	g = next(t, out)
-	require.Equal(t, "storm", g.flow)
-	g.release()
+	require.False(t, c.isBacklogged("storm"))
+}
+
+func (c *Controller) isBacklogged(flow string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.backlogged(c.levels[Interactive].flows[flow], c.cfg.Clock.Now())
 }
 
 // An expired wait refuses: wait_expired, 429 concurrency_limited with
@@ -367,35 +365,48 @@ func TestHeavyWorkFallsBehindLightWork(t *testing.T) {
 	require.GreaterOrEqual(t, served["heavy"], 2, "heavy work still progresses: %v", served)
 }
 
-// While several realms are active, work from the queues holds at most
-// BackloggedSeats seats together; the other seats stay for sparse requests,
-// a light realm's overlapping one among them.
+// While several realms are active, backlogged realms together hold at most
+// BackloggedSeats seats, even with seats free; sparse realms take the free
+// ones, one at a time each.
 func TestBackloggedRealmsTogetherHoldTheirSeats(t *testing.T) {
 	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats = 5, 1 })
-	v := now(t, c, "victim")
-	a1, a2 := now(t, c, "a"), now(t, c, "a") // sparse: nothing queued, at most one in flight
-	out := make(chan grant, 8)
-	ask(c, "a", Interactive, out) // backlogged: takes the one backlogged seat
-	g := next(t, out)
-	require.NoError(t, g.err)
-	ask(c, "a", Interactive, out)
-	awaitQueued(t, c, "a", Interactive, 1)
-	require.Equal(t, 4, c.InUse(Interactive), "a seat stays free for sparse work")
-	b := now(t, c, "b") // sparse: takes the free seat at once
-	victim := make(chan grant, 1)
-	ask(c, "victim", Interactive, victim) // overlaps its own request: still sparse
-	awaitQueued(t, c, "victim", Interactive, 1)
-	g.release()
-	vg := next(t, victim)
-	require.NoError(t, vg.err, "the light realm's overlapping request goes first")
-	none(t, out)
-	vg.release()
-	g2 := next(t, out)
-	require.NoError(t, g2.err)
-	for _, r := range []func(){v, a1, a2, b, g2.release} {
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats = 4, 1 })
+	var fill []func()
+	for range 4 {
+		fill = append(fill, now(t, c, "filler")) // alone: every seat
+	}
+	stormed(t, c, k, []string{"storm"}, 0, nil)
+	for _, r := range fill {
 		r()
 	}
+	out := make(chan grant, 8)
+	for range 3 {
+		ask(c, "storm", Interactive, out)
+	}
+	g := next(t, out)
+	require.NoError(t, g.err)
+	awaitQueued(t, c, "storm", Interactive, 2)
+	require.Equal(t, 1, c.InUse(Interactive), "the backlogged storm holds one seat, three are free")
+
+	v := now(t, c, "victim") // a sparse realm: one at a time
+	require.Equal(t, 2, c.InUse(Interactive))
+	victim := make(chan grant, 1)
+	ask(c, "victim", Interactive, victim) // its second waits for its first
+	awaitQueued(t, c, "victim", Interactive, 1)
+	b := now(t, c, "b") // another sparse realm takes a free seat at once
+	require.Equal(t, 3, c.InUse(Interactive))
+	v()
+	vg := next(t, victim)
+	require.NoError(t, vg.err)
+	g.release()
+	g2 := next(t, out)
+	require.NoError(t, g2.err, "the freed seat is the storm's backlogged seat")
+	for _, r := range []func(){b, vg.release, g2.release} {
+		r()
+	}
+	g3 := next(t, out)
+	require.NoError(t, g3.err)
+	g3.release()
 }
 
 // Background work runs in seats of its own: it never takes a seat an
@@ -592,4 +603,32 @@ func TestALightRealmsExpiredOverlapKeepsItSparse(t *testing.T) {
 	require.Equal(t, "storm", g.flow)
 	g.release()
 	s2()
+}
+
+// Realms that arrive together, not measured yet, queue behind a realm at
+// work whose units are known to be light: they are taken to be heavy until
+// their first unit is measured.
+func TestArrivingRealmsQueueBehindAMeasuredLightRealm(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.WaitBound = 1, time.Hour })
+	light := now(t, c, "light")
+	k.advance(3 * time.Millisecond)
+	light()
+	hold := now(t, c, "x")
+	out := make(chan grant, 8)
+	for i := range 4 {
+		ask(c, fmt.Sprintf("new%d", i), Interactive, out)
+		awaitQueued(t, c, fmt.Sprintf("new%d", i), Interactive, 1)
+	}
+	ask(c, "light", Interactive, out)
+	awaitQueued(t, c, "light", Interactive, 1)
+	hold()
+	g := next(t, out)
+	require.Equal(t, "light", g.flow)
+	g.release()
+	for range 4 {
+		g := next(t, out)
+		require.NoError(t, g.err)
+		g.release()
+	}
 }
