@@ -311,6 +311,7 @@ func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*
 	}
 	if lvl == Interactive && len(f.queue) >= c.cfg.QueueLength {
 		c.refuse(f, ReasonQueueFull, now, true)
+		c.dispatch(l, now) // backlogged now, its queue may take a backlogged seat
 		c.mu.Unlock()
 		return nil, ReasonQueueFull
 	}
@@ -520,8 +521,10 @@ func (c *Controller) expire(w *waiter) {
 	c.unqueue(w)
 	w.state = waitRefused
 	w.reason = ReasonWaitExpired
-	c.refuse(w.f, ReasonWaitExpired, c.cfg.Clock.Now(), w.ahead > 0)
+	now := c.cfg.Clock.Now()
+	c.refuse(w.f, ReasonWaitExpired, now, w.ahead > 0)
 	close(w.ready)
+	c.dispatch(w.f.lvl, now)
 }
 
 // unqueue takes a queued w out of its queue. c.mu is held.

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
+	"github.com/appdor/appdor"
 	"github.com/appdor/appdor/fairness"
 	"github.com/appdor/appdor/server"
 	"github.com/appdor/appdor/tenancy"
@@ -62,34 +64,49 @@ func send(t *testing.T, app *testenv.App, r route, token string) testenv.Respons
 }
 
 // saturable sizes the controller so that saturate can fill one realm's share
-// and queue and leave seats for others: four seats, one for work from the
-// queues while several realms are active, queues of one, no wait expiring.
+// and queue and leave seats for others: four seats, queues of one, no wait
+// expiring.
 func saturable(cfg *server.Config) {
 	cfg.Fairness = fairness.Config{Seats: 4, BackloggedSeats: 1, QueueLength: 1, WaitBound: time.Hour}
 }
 
-// saturate leaves realm with its seats taken and its queue full, so that its
-// next request is refused at once (queue_full); another flow holds a seat, so
-// the realm is not alone. Everything is given back when the test ends.
+// saturate leaves realm backlogged, with the seats it may hold taken and its
+// queue full, so that its next request is refused at once (queue_full):
+// another flow holds a seat, so the realm is not alone; the realm holds one
+// seat of its own, a refusal makes it backlogged, and its queued unit takes
+// the backlogged seat; one more unit fills its queue. Everything is given
+// back when the test ends.
 func saturate(t testing.TB, ctl *fairness.Controller, realm string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var rels []func()
-	for _, flow := range []string{"someone else", realm, realm} {
+	for _, flow := range []string{"someone else", realm} {
 		rel, err := ctl.Acquire(ctx, flow, fairness.Interactive)
 		require.NoError(t, err)
 		rels = append(rels, rel)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if rel, err := ctl.Acquire(ctx, realm, fairness.Interactive); err == nil {
-			rel()
-		}
-	}()
-	require.Eventually(t, func() bool { return ctl.Queued(realm, fairness.Interactive) == 1 }, 5*time.Second, time.Millisecond)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	wait := func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if rel, err := ctl.Acquire(ctx, realm, fairness.Interactive); err == nil {
+				mu.Lock()
+				rels = append(rels, rel)
+				mu.Unlock()
+			}
+		}()
+		require.Eventually(t, func() bool { return ctl.Queued(realm, fairness.Interactive) == 1 }, 5*time.Second, time.Millisecond)
+	}
+	wait()
+	_, err := ctl.Acquire(ctx, realm, fairness.Interactive)
+	require.Equal(t, appdor.EConcurrencyLimited, appdor.ErrorCode(err), "the realm's queue is full")
+	require.Eventually(t, func() bool { return ctl.Queued(realm, fairness.Interactive) == 0 }, 5*time.Second, time.Millisecond,
+		"the backlogged realm's queued unit takes the backlogged seat")
+	wait()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		wg.Wait()
 		for _, rel := range rels {
 			rel()
 		}
