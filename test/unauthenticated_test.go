@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/appdor/appdor"
+	"github.com/appdor/appdor/limiter"
 	"github.com/appdor/appdor/tenancy"
 	"github.com/appdor/appdor/test/testenv"
 )
@@ -98,8 +99,8 @@ func TestBogusTokenFloodIsRefusedPerAddress(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 	lookups := acquires(app) - before
-	// The burst, what 20 a second earns over the flood, and one of slack.
-	bound := int64(40 + 20*elapsed.Seconds() + 1)
+	// The burst, what the rate earns over the flood, and one of slack.
+	bound := int64(limiter.DefaultUnauthenticatedBurst + limiter.DefaultUnauthenticatedPerSecond*elapsed.Seconds() + 1)
 	t.Logf("%d bogus tokens in %v: %d answered 401, %d refused 429; %d pool acquires (bound %d)",
 		flood, elapsed.Round(time.Millisecond), unauthorized, refused, lookups, bound)
 	require.Positive(t, refused)
