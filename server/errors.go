@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -50,16 +48,6 @@ type errorPayload struct {
 	Message      string `json:"message"`
 	Details      any    `json:"details,omitempty"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
-}
-
-// RetryAfterSeconds renders d for the Retry-After header: whole seconds,
-// rounded up, never 0.
-func RetryAfterSeconds(d time.Duration) string {
-	s := int64(math.Ceil(d.Seconds()))
-	if s < 1 {
-		s = 1
-	}
-	return strconv.FormatInt(s, 10)
 }
 
 // fromEcho turns Echo's own errors (no route, wrong method, body too large)
@@ -118,7 +106,7 @@ func (a *App) errorHandler(err error, c echo.Context) {
 	}
 	p := errorPayload{Code: ae.Code, Message: ae.Message, Details: ae.Details}
 	if ae.RetryAfter > 0 {
-		c.Response().Header().Set("Retry-After", RetryAfterSeconds(ae.RetryAfter))
+		c.Response().Header().Set("Retry-After", appdor.RetryAfterSeconds(ae.RetryAfter))
 		p.RetryAfterMS = ae.RetryAfter.Milliseconds()
 		if p.RetryAfterMS < 1 {
 			p.RetryAfterMS = 1
