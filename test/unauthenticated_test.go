@@ -17,6 +17,7 @@ import (
 
 	"github.com/appdor/appdor"
 	"github.com/appdor/appdor/limiter"
+	"github.com/appdor/appdor/server"
 	"github.com/appdor/appdor/tenancy"
 	"github.com/appdor/appdor/test/testenv"
 )
@@ -70,7 +71,7 @@ func acquires(app *testenv.App) int64 { return app.Pool().Stat().AcquireCount() 
 // is spent; and a token the server knows keeps working from that address.
 func TestBogusTokenFloodIsRefusedPerAddress(t *testing.T) {
 	t.Parallel()
-	app := testenv.NewApp(t, nil)
+	app := testenv.NewApp(t, DefaultUnauthenticated)
 	addr := clientAddress(t)
 	tenant := app.NewTenant(t, tenancy.RoleOwner, nil)
 	require.Equal(t, http.StatusOK, request(t, app, http.MethodGet, addr, "/api/v1/apps", tenant.Token, "").Code)
@@ -122,7 +123,7 @@ func TestBogusTokenFloodIsRefusedPerAddress(t *testing.T) {
 // charged to the address again.
 func TestRepeatedBogusCredentialIsAnsweredFromMemory(t *testing.T) {
 	t.Parallel()
-	app := testenv.NewApp(t, nil)
+	app := testenv.NewApp(t, DefaultUnauthenticated)
 	addr := clientAddress(t)
 
 	token := bogusToken()
@@ -145,7 +146,7 @@ func TestRepeatedBogusCredentialIsAnsweredFromMemory(t *testing.T) {
 // token has a fresh random secret, which nobody could have sent before.
 func TestRevokedTokenIsRefusedAndANewOneWorks(t *testing.T) {
 	t.Parallel()
-	app := testenv.NewApp(t, nil)
+	app := testenv.NewApp(t, DefaultUnauthenticated)
 	addr := clientAddress(t)
 	tenant := app.NewTenant(t, tenancy.RoleOwner, nil)
 	require.Equal(t, http.StatusOK, request(t, app, http.MethodGet, addr, "/api/v1/apps", tenant.Token, "").Code)
@@ -209,4 +210,10 @@ func TestUnknownCredentialLookupsTakeASeat(t *testing.T) {
 	p, err := svc.LookupToken(ctx, secret)
 	require.NoError(t, err)
 	require.Equal(t, realm.ID, p.RealmID)
+}
+
+// DefaultUnauthenticated sets the server's ceiling on lookups of unknown
+// credentials back to its defaults (testenv raises it for parallel tests).
+func DefaultUnauthenticated(cfg *server.Config) {
+	cfg.UnauthenticatedPerSecond, cfg.UnauthenticatedBurst = 0, 0
 }

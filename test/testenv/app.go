@@ -44,6 +44,12 @@ func Config(t testing.TB) server.Config {
 		// bound itself is the controller's own tests' and the storm
 		// harness's business.
 		Fairness: fairness.Config{WaitBound: 2 * time.Second},
+		// Parallel tests all come from 127.0.0.1, each with credentials new
+		// to its server; the per-address ceiling on unknown credentials is
+		// tested with its defaults (DefaultUnauthenticated) from addresses of
+		// its own.
+		UnauthenticatedPerSecond: 100_000,
+		UnauthenticatedBurst:     100_000,
 	}
 }
 
