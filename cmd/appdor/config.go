@@ -59,7 +59,7 @@ var (
 
 	// Before authentication: lookups of tokens and sessions the server does not know.
 	sUnauthRate     = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
-	sUnauthBurst    = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "10", "how many of those lookups one client address may cause at once"}
+	sUnauthBurst    = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
 	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client; empty: the client is the direct peer"}
 )
 
