@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,30 +38,47 @@ var seedFields = []map[string]any{
 
 var words = []string{"alpha", "bravo", "cedar", "delta", "ember", "fjord", "grove", "harbor", "island", "juniper", "kestrel", "lumen"}
 
+// apiCall sends one API request for seeding, as a well-behaved client does:
+// a 429 (a new token from this address beyond the server's ceiling on unknown
+// credentials, say) is retried after its Retry-After, a few times.
 func apiCall(ctx context.Context, method, url, token string, body any) (int, []byte, error) {
-	var rd io.Reader
+	var payload []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return 0, nil, err
 		}
-		rd = bytes.NewReader(b)
+		payload = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		return 0, nil, err
+	for attempt := 0; ; attempt++ {
+		var rd io.Reader
+		if payload != nil {
+			rd = bytes.NewReader(payload)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, url, rd)
+		if err != nil {
+			return 0, nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		if payload != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusTooManyRequests || attempt == 10 || err != nil {
+			return res.StatusCode, b, err
+		}
+		wait, _ := strconv.Atoi(res.Header.Get("Retry-After"))
+		select {
+		case <-time.After(time.Duration(max(wait, 1)) * time.Second):
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		}
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	return res.StatusCode, b, err
 }
 
 // seedTenant makes a realm, an owner and a token through the CLI, then a
