@@ -141,13 +141,7 @@ type stormOutcome struct {
 // answered and sp.min has passed, or sp.timeout.
 func runStorm(ctx context.Context, p plan, sp stormSpec, base, name string, victim, storm *tenant) (*stormOutcome, error) {
 	rec := newRecorder()
-	vctx, vcancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		openArm(vctx, rec, "victim", p.VictimRate, vegeta.Target{Method: "GET", URL: rowsURL(base, victim, 100), Header: bearer(victim.Token)})
-	}()
+	stopVictim := victimFor(ctx, p, rec, base, victim)
 	out := &stormOutcome{rec: rec}
 
 	rec.begin("warmup")
@@ -162,8 +156,7 @@ func runStorm(ctx context.Context, p plan, sp stormSpec, base, name string, vict
 
 	var err error
 	if out.metricsBefore, err = scrape(ctx, base, storm.RealmID); err != nil {
-		vcancel()
-		wg.Wait()
+		stopVictim()
 		return nil, err
 	}
 	rec.begin("storm")
@@ -172,8 +165,7 @@ func runStorm(ctx context.Context, p plan, sp stormSpec, base, name string, vict
 	scancel()
 	progress(name, "storm", rec, "victim", "storm")
 	if out.after, err = scrape(ctx, base, storm.RealmID); err != nil {
-		vcancel()
-		wg.Wait()
+		stopVictim()
 		return nil, err
 	}
 
@@ -181,8 +173,7 @@ func runStorm(ctx context.Context, p plan, sp stormSpec, base, name string, vict
 		rec.begin("recovery")
 		sleepCtx(ctx, sp.recovery)
 	}
-	vcancel()
-	wg.Wait()
+	stopVictim()
 	rec.end()
 	if sp.recovery > 0 {
 		progress(name, "recovery", rec, "victim")
