@@ -554,6 +554,14 @@ func remove(q []*waiter, w *waiter) []*waiter {
 func (c *Controller) refuse(f *flow, reason string, now time.Time, marks bool) {
 	f.fm.refused(reason).Inc()
 	if marks {
+		if !c.backlogged(f, now) && c.cfg.Log != nil && c.cfg.Log.Enabled(context.Background(), slog.LevelDebug) {
+			l := f.lvl
+			c.cfg.Log.Debug("fairness: backlogged",
+				slog.String("realm", f.name), slog.String("reason", reason),
+				slog.Int("inflight", f.inflight), slog.Int("queued", len(f.queue)),
+				slog.Int("seats_in_use", l.inUse), slog.Int("backlogged_seats_in_use", l.backlogged),
+				slog.Int("active_realms", c.active))
+		}
 		f.backedAt = now
 	}
 	first := f.refusedAt.IsZero() || now.Sub(f.refusedAt) >= episodeGap

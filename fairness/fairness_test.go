@@ -1,9 +1,12 @@
 package fairness
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -631,4 +634,26 @@ func TestArrivingRealmsQueueBehindAMeasuredLightRealm(t *testing.T) {
 		require.NoError(t, g.err)
 		g.release()
 	}
+}
+
+// A realm found backlogged gets one DEBUG line, not one per refusal; its
+// refusal episode one WARN line.
+func TestBackloggedIsLoggedOncePerEpisode(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.QueueLength, cfg.Log = 1, 1, log })
+	hold := now(t, c, "other")
+	out := make(chan grant, 8)
+	ask(c, "storm", Interactive, out)
+	awaitQueued(t, c, "storm", Interactive, 1)
+	for range 3 {
+		_, err := c.Acquire(context.Background(), "storm", Interactive)
+		require.Equal(t, ReasonQueueFull, reason(err))
+	}
+	require.Equal(t, 1, strings.Count(buf.String(), `"msg":"fairness: backlogged"`), buf.String())
+	require.Equal(t, 1, strings.Count(buf.String(), `"msg":"fairness: concurrency_limited"`), buf.String())
+	require.Contains(t, buf.String(), `"realm":"storm"`)
+	hold()
+	next(t, out).release()
 }

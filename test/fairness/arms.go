@@ -177,27 +177,51 @@ type loneOutcome struct {
 
 func (o *loneOutcome) throughput() float64 { return ratio(float64(o.arm.OK), o.arm.Elapsed.Seconds()) }
 
-// runLone: one realm alone on the server, LoneClients closed-loop clients of
-// one token reading 100 rows, honoring Retry-After; a two-second warm-up (by
-// its end the realms of the arm before have been idle longer than the
-// controller's activity window), then Lone measured.
-func runLone(ctx context.Context, p plan, base, name string, t *tenant) *loneOutcome {
-	rec := newRecorder()
-	url := rowsURL(base, t, 100)
-	rec.begin("warmup")
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	closedArm(wctx, rec, "lone", p.LoneClients, 0, 0, true, url, t.Token)
-	cancel()
-	rec.begin("lone")
-	lctx, cancel := context.WithTimeout(ctx, p.Lone)
-	out := &loneOutcome{rec: rec}
-	out.arm = closedArm(lctx, rec, "lone", p.LoneClients, 0, 0, true, url, t.Token)
-	cancel()
-	rec.end()
-	out.latency = summarize(rec.sel("lone", "lone"))
-	progress(name, "lone", rec, "lone")
-	fmt.Printf("%-8s %d clients: %.0f reads/s, %d refused, %d errors\n", name, p.LoneClients, out.throughput(), out.arm.Refused, out.arm.Errors)
-	return out
+// loneRounds is how many rounds the lone-realm arm alternates between the
+// two servers, in the order on, off, off, on, on, off: a ratio of two
+// throughputs measured minutes apart on a shared machine measured the
+// machine (0.64 to 1.1 for the same code); rounds in one run share its
+// drift.
+const loneRounds = 6
+
+// runLone: one realm alone on two servers at once, the controller on (on)
+// and off (off): LoneClients closed-loop clients of one token reading 100
+// rows, honoring Retry-After. A two-second warm-up on each (by its end the
+// realms of the arm before have been idle longer than the controller's
+// activity window), then Lone on each, measured in alternating rounds.
+func runLone(ctx context.Context, p plan, on, off string, t *tenant) (onOut, offOut *loneOutcome) {
+	onOut, offOut = &loneOutcome{rec: newRecorder()}, &loneOutcome{rec: newRecorder()}
+	outs := map[string]*loneOutcome{on: onOut, off: offOut}
+	for _, base := range []string{off, on} {
+		rec := outs[base].rec
+		rec.begin("warmup")
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		closedArm(wctx, rec, "lone", p.LoneClients, 0, 0, true, rowsURL(base, t, 100), t.Token)
+		cancel()
+		rec.begin("lone")
+	}
+	round := p.Lone / (loneRounds / 2)
+	for i := range loneRounds {
+		base := on
+		if i%4 == 1 || i%4 == 2 {
+			base = off
+		}
+		o := outs[base]
+		rctx, cancel := context.WithTimeout(ctx, round)
+		st := closedArm(rctx, o.rec, "lone", p.LoneClients, 0, 0, true, rowsURL(base, t, 100), t.Token)
+		cancel()
+		o.arm.Requests += st.Requests
+		o.arm.OK += st.OK
+		o.arm.Refused += st.Refused
+		o.arm.Errors += st.Errors
+		o.arm.Elapsed += st.Elapsed
+	}
+	for name, o := range map[string]*loneOutcome{"lone-on": onOut, "lone-off": offOut} {
+		o.rec.end()
+		o.latency = summarize(o.rec.sel("lone", "lone"))
+		fmt.Printf("%-8s %d clients: %.0f reads/s, %d refused, %d errors\n", name, p.LoneClients, o.throughput(), o.arm.Refused, o.arm.Errors)
+	}
+	return onOut, offOut
 }
 
 // unauthOutcome is what the unauthenticated arm measured.

@@ -10,7 +10,8 @@
 //     at 60 a minute tries 600 requests a second;
 //   - many: sixteen storm realms at once beside one quiet realm;
 //   - lone: one realm alone, 16 closed-loop clients of one token reading
-//     100 rows, which must not be refused;
+//     100 rows, which must not be refused, in rounds alternating with the
+//     same load on the second server (below);
 //   - import: a realm imports 100,000 rows by CSV (one streamed request,
 //     written as background work) while the victim reads; every row must
 //     arrive;
@@ -25,8 +26,9 @@
 //   - floor: the storm with one read at a time, what two cores allow at best
 //     for that policy; the single-storm and sixteen-storm bounds are
 //     max(2.0, 1.25 × the floor's ratio) of the same run;
-//   - lone: the lone realm's load again, the throughput the controller-on
-//     figure is held to (≥ 90%).
+//   - lone: the lone realm's rounds beside those on the first server (both
+//     servers run during that arm), the throughput the controller-on figure
+//     is held to (≥ 90%).
 //
 // It computes its own verdict into test/fairness/results/latest.json (and a
 // timestamped copy), draws each arm's latency over time with the phases
@@ -294,7 +296,14 @@ func run(ctx context.Context) (int, error) {
 	// after it.
 	noisy := runNoisy(ctx, p, srv.base, r.victim, r.storm, r.editorsA, r.storm.Token, r.agentToken)
 	many := runMany(ctx, p, srv.base, r.victim, r.storms)
-	loneOn := runLone(ctx, p, srv.base, "lone-on", r.lone)
+	// The controller-off server starts now: the lone arm alternates between
+	// the two; control and floor run on it once the first has stopped.
+	off, err := s.start(ctx, "control", "APPDOR_FAIRNESS=off")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { off.stop() }()
+	loneOn, loneOff := runLone(ctx, p, srv.base, off.base, r.lone)
 	imp := runImport(ctx, p, srv.base, r.victim, r.importer)
 	s.settle(ctx)
 	un, err := runUnauth(ctx, p, srv.base, r.victim)
@@ -303,23 +312,16 @@ func run(ctx context.Context) (int, error) {
 	}
 	srv.stop()
 
-	// control, floor and lone again: the controller switched off.
-	fmt.Println("harness: control, floor and lone runs with APPDOR_FAIRNESS=off")
-	off, err := s.start(ctx, "control", "APPDOR_FAIRNESS=off")
-	if err != nil {
-		return 0, err
-	}
+	// control and floor: the controller switched off.
+	fmt.Println("harness: control and floor runs with APPDOR_FAIRNESS=off")
 	ctl, err := runStorm(ctx, p, p.storm(), off.base, "control", r.victim, r.storm)
 	if err != nil {
-		off.stop()
 		return 0, err
 	}
 	fl, err := runStorm(ctx, p, p.floor(), off.base, "floor", r.victim, r.storm)
 	if err != nil {
-		off.stop()
 		return 0, err
 	}
-	loneOff := runLone(ctx, p, off.base, "lone-off", r.lone)
 	off.stop()
 
 	// The verdict.
@@ -600,15 +602,13 @@ func runOnly(ctx context.Context, p plan, s *stack) (int, error) {
 		}
 		return 0, err
 	case "lone":
-		on := runLone(ctx, p, srv.base, "lone-on", r.lone)
-		printRefusals(srv.base, r.lone.RealmID)
-		srv.stop()
 		off, err := s.start(ctx, "control", "APPDOR_FAIRNESS=off")
 		if err != nil {
 			return 0, err
 		}
 		defer off.stop()
-		offOut := runLone(ctx, p, off.base, "lone-off", r.lone)
+		on, offOut := runLone(ctx, p, srv.base, off.base, r.lone)
+		printRefusals(srv.base, r.lone.RealmID)
 		fmt.Printf("lone: %.0f reads/s on (%d refused), %.0f off: x%.2f\n", on.throughput(), countRefused(on.rec, "lone", "lone"),
 			offOut.throughput(), ratio(on.throughput(), offOut.throughput()))
 		return 0, nil

@@ -124,12 +124,19 @@ func (s *stack) start(ctx context.Context, name string, env ...string) (*server,
 	if err != nil {
 		return nil, err
 	}
+	// The servers log at warn (a line per refusal episode) unless the
+	// harness runs with APPDOR_LOG_LEVEL set, e.g. debug to see each realm
+	// the controller finds backlogged.
+	level := os.Getenv("APPDOR_LOG_LEVEL")
+	if level == "" {
+		level = "warn"
+	}
 	cmd := exec.Command(s.bin, "serve")
 	cmd.Env = append(os.Environ(),
 		"APPDOR_DATABASE_URL="+s.dbURL,
 		"APPDOR_REDIS_URL="+s.redisURL,
 		fmt.Sprintf("APPDOR_LISTEN=127.0.0.1:%d", port),
-		"APPDOR_LOG_LEVEL=warn",
+		"APPDOR_LOG_LEVEL="+level,
 	)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
