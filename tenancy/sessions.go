@@ -214,16 +214,6 @@ func (s *Service) LookupSession(ctx context.Context, secret, realm string) (*Pri
 }
 
 func (s *Service) lookupSession(ctx context.Context, hash []byte, want *uuid.UUID) (*Principal, error) {
-	rows, err := s.pool.Query(ctx,
-		`SELECT s.user_id, m.realm_id, m.role, r.requests_per_minute
-		 FROM sessions s
-		 LEFT JOIN memberships m ON m.user_id = s.user_id AND ($2::uuid IS NULL OR m.realm_id = $2)
-		 LEFT JOIN realms r ON r.id = m.realm_id
-		 WHERE s.hash = $1 AND s.expires_at > now()
-		 LIMIT 2`, hash, want)
-	if err != nil {
-		return nil, rls.Interpret(err)
-	}
 	var (
 		p        Principal
 		n        int
@@ -231,15 +221,23 @@ func (s *Service) lookupSession(ctx context.Context, hash []byte, want *uuid.UUI
 		role     *string
 		realmRPM *int
 	)
-	for rows.Next() {
-		n++
-		if err := rows.Scan(&p.UserID, &realmID, &role, &realmRPM); err != nil {
-			rows.Close()
-			return nil, rls.Interpret(err)
+	err := s.db.Lookup(ctx, rls.Keys{SessionHash: hash}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			n++
+			if err := rows.Scan(&p.UserID, &realmID, &role, &realmRPM); err != nil {
+				return err
+			}
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, rls.Interpret(err)
+		return rows.Err()
+	},
+		`SELECT s.user_id, m.realm_id, m.role, r.requests_per_minute
+		 FROM sessions s
+		 LEFT JOIN memberships m ON m.user_id = s.user_id AND ($2::uuid IS NULL OR m.realm_id = $2)
+		 LEFT JOIN realms r ON r.id = m.realm_id
+		 WHERE s.hash = $1 AND s.expires_at > now()
+		 LIMIT 2`, hash, want)
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case n == 0:
@@ -261,7 +259,28 @@ func (s *Service) lookupSession(ctx context.Context, hash []byte, want *uuid.UUI
 // Me returns a person and the realms they belong to, by name; with only set,
 // just that realm (a token acts in one realm).
 func (s *Service) Me(ctx context.Context, user uuid.UUID, only *uuid.UUID) (User, []RealmRole, error) {
-	rows, err := s.pool.Query(ctx,
+	var (
+		u      User
+		found  bool
+		realms = []RealmRole{}
+	)
+	err := s.db.Lookup(ctx, rls.Keys{User: user}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				id   *uuid.UUID
+				name *string
+				role *string
+			)
+			if err := rows.Scan(&u.ID, &u.Email, &id, &name, &role); err != nil {
+				return err
+			}
+			found = true
+			if id != nil {
+				realms = append(realms, RealmRole{ID: *id, Name: *name, Role: Role(*role)})
+			}
+		}
+		return rows.Err()
+	},
 		`SELECT u.id, u.email, r.id, r.name, m.role
 		 FROM users u
 		 LEFT JOIN memberships m ON m.user_id = u.id AND ($2::uuid IS NULL OR m.realm_id = $2)
@@ -269,30 +288,7 @@ func (s *Service) Me(ctx context.Context, user uuid.UUID, only *uuid.UUID) (User
 		 WHERE u.id = $1
 		 ORDER BY r.name, r.id`, user, only)
 	if err != nil {
-		return User{}, nil, rls.Interpret(err)
-	}
-	defer rows.Close()
-	var (
-		u      User
-		found  bool
-		realms = []RealmRole{}
-	)
-	for rows.Next() {
-		var (
-			id   *uuid.UUID
-			name *string
-			role *string
-		)
-		if err := rows.Scan(&u.ID, &u.Email, &id, &name, &role); err != nil {
-			return User{}, nil, rls.Interpret(err)
-		}
-		found = true
-		if id != nil {
-			realms = append(realms, RealmRole{ID: *id, Name: *name, Role: Role(*role)})
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return User{}, nil, rls.Interpret(err)
+		return User{}, nil, err
 	}
 	if !found {
 		return User{}, nil, errBadSession
