@@ -1,8 +1,11 @@
 package rls_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -247,4 +250,40 @@ func TestLookupSettingsEndWithTheStatement(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM api_tokens`).Scan(&n))
 	require.Zero(t, n)
+}
+
+// TestServingRoleStandingOfAnOwner: a role that owns a table of the schema is
+// not sound, superuser or not. The role is this test's own (roles belong to
+// the whole cluster): a unique name, dropped when done.
+func TestServingRoleStandingOfAnOwner(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	admin := testenv.Pool(t)
+	name := "appdor_test_owner_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+	role, table := pgx.Identifier{name}.Sanitize(), pgx.Identifier{name + "_table"}.Sanitize()
+	_, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOSUPERUSER NOBYPASSRLS PASSWORD '"+name+"'")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		bg := context.Background()
+		_, _ = admin.Exec(bg, "DROP TABLE IF EXISTS "+table)
+		_, _ = admin.Exec(bg, "DROP ROLE IF EXISTS "+role)
+	})
+	_, err = admin.Exec(ctx, "CREATE TABLE "+table+" (x int)")
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "ALTER TABLE "+table+" OWNER TO "+role)
+	require.NoError(t, err)
+
+	u, err := url.Parse(testenv.DatabaseURL(t))
+	require.NoError(t, err)
+	u.User = url.UserPassword(name, name)
+	pool, err := pgxpool.New(ctx, u.String())
+	require.NoError(t, err)
+	defer pool.Close()
+	st, err := rls.ServingRole(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, name, st.Role)
+	require.False(t, st.Superuser)
+	require.Equal(t, []string{name + "_table"}, st.Owns)
+	require.False(t, st.Sound())
+	require.Equal(t, []string{"owns the tables (" + name + "_table)"}, st.Problems())
 }
