@@ -1,5 +1,6 @@
 -- The role appdor_server is left in place: roles belong to the whole cluster,
 -- and other Appdor databases on it may still use the role.
+DROP FUNCTION IF EXISTS appdor_anyone_can_sign_in();
 REVOKE SELECT ON schema_migrations FROM appdor_server;
 REVOKE ALL ON sessions, users, realms, memberships, api_tokens, token_limits FROM appdor_server;
 REVOKE USAGE ON SCHEMA public FROM appdor_server;
@@ -8,6 +9,16 @@ DROP POLICY IF EXISTS appdor_server_lookup ON realms;
 DROP POLICY IF EXISTS appdor_server_lookup ON memberships;
 DROP POLICY IF EXISTS appdor_server_lookup ON token_limits;
 DROP POLICY IF EXISTS appdor_server_lookup ON api_tokens;
+DROP POLICY IF EXISTS appdor_server_end ON sessions;
+DROP POLICY IF EXISTS appdor_server_start ON sessions;
+DROP POLICY IF EXISTS appdor_server_lookup ON sessions;
+DROP POLICY IF EXISTS appdor_server_lookup ON users;
+DROP POLICY IF EXISTS appdor_owner ON sessions;
+DROP POLICY IF EXISTS appdor_owner ON users;
+ALTER TABLE sessions NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE sessions DISABLE ROW LEVEL SECURITY;
+ALTER TABLE users NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE users DISABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS appdor_owner ON realms;
 DROP POLICY IF EXISTS appdor_owner ON memberships;
 DROP POLICY IF EXISTS appdor_owner ON api_tokens;

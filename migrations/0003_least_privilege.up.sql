@@ -8,11 +8,13 @@
 -- hold the tenant's grants outside a tenant transaction.
 --
 -- Outside a tenant transaction the serving role reads only what authentication
--- needs, and only the rows it names: a token by its hash, the memberships and
--- realms of that token, of a session (by hash) or of a user (by id). The lookup
--- sets the key for its one statement (appdor.token_hash, appdor.session_hash as
--- hex, appdor.user_id), as a tenant transaction sets appdor.realm_id; with no
--- key set, these policies match nothing. Everything realm-scoped that is not
+-- needs, and only the rows it names: a user by email, a session by its hash, a
+-- token by its hash, and the memberships and realms of that token, of that
+-- session's person or of a user (by id); it starts a session for a user and
+-- ends one by its hash. The lookup sets the key for its one statement
+-- (appdor.token_hash and appdor.session_hash as hex, appdor.user_id,
+-- appdor.email), as a tenant transaction sets appdor.realm_id; with no key
+-- set, these policies match nothing. Everything realm-scoped that is not
 -- authentication (listing, creating, revoking tokens) runs in a tenant
 -- transaction, where only realm_isolation applies.
 --
@@ -40,15 +42,44 @@ DROP POLICY IF EXISTS appdor_service ON api_tokens;
 DROP POLICY IF EXISTS appdor_service ON token_limits;
 DROP POLICY IF EXISTS appdor_service ON audit_log;
 
+-- People and sessions are global, not realm-owned, but hold password hashes
+-- and the hashes of live sessions: the serving role reads them by key too.
+ALTER TABLE users ENABLE ROW LEVEL SECURITY;
+ALTER TABLE users FORCE ROW LEVEL SECURITY;
+ALTER TABLE sessions ENABLE ROW LEVEL SECURITY;
+ALTER TABLE sessions FORCE ROW LEVEL SECURITY;
+
 DO $$
 DECLARE
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['realms', 'memberships', 'api_tokens', 'token_limits'] LOOP
+    FOREACH t IN ARRAY ARRAY['realms', 'memberships', 'api_tokens', 'token_limits', 'users', 'sessions'] LOOP
         EXECUTE format('CREATE POLICY appdor_owner ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
     END LOOP;
 END
 $$;
+
+-- A person by email (sign-in) or by id (/me).
+CREATE POLICY appdor_server_lookup ON users FOR SELECT TO appdor_server
+    USING (
+        lower(email) = lower((SELECT nullif(current_setting('appdor.email', true), '')))
+        OR id = (SELECT nullif(current_setting('appdor.user_id', true), '')::uuid)
+    );
+
+-- A session by its hash; a person's sessions while signing them in, when
+-- their expired sessions are swept.
+CREATE POLICY appdor_server_lookup ON sessions FOR SELECT TO appdor_server
+    USING (
+        hash = (SELECT decode(nullif(current_setting('appdor.session_hash', true), ''), 'hex'))
+        OR user_id = (SELECT nullif(current_setting('appdor.user_id', true), '')::uuid)
+    );
+CREATE POLICY appdor_server_start ON sessions FOR INSERT TO appdor_server
+    WITH CHECK (user_id = (SELECT nullif(current_setting('appdor.user_id', true), '')::uuid));
+CREATE POLICY appdor_server_end ON sessions FOR DELETE TO appdor_server
+    USING (
+        hash = (SELECT decode(nullif(current_setting('appdor.session_hash', true), ''), 'hex'))
+        OR (user_id = (SELECT nullif(current_setting('appdor.user_id', true), '')::uuid) AND expires_at <= now())
+    );
 
 -- A token by its hash.
 CREATE POLICY appdor_server_lookup ON api_tokens FOR SELECT TO appdor_server
@@ -67,6 +98,8 @@ CREATE POLICY appdor_server_lookup ON memberships FOR SELECT TO appdor_server
         OR user_id IN (SELECT s.user_id FROM sessions s
                        WHERE s.hash = (SELECT decode(nullif(current_setting('appdor.session_hash', true), ''), 'hex')))
     );
+-- (The subqueries on api_tokens and sessions are filtered by those tables'
+-- own policies: only the token or session whose hash is set.)
 
 -- The realms of those memberships. Each branch is led by an index (token hash,
 -- membership user, session hash), so a lookup never scans a realm's members.
@@ -88,3 +121,11 @@ GRANT SELECT (id, email, password_hash) ON users TO appdor_server;
 GRANT SELECT, INSERT, DELETE ON sessions TO appdor_server;
 -- `appdor serve --migrate=false` checks the schema's version as the serving role.
 GRANT SELECT ON schema_migrations TO appdor_server;
+
+-- At start the server says how to make the first person when there is none:
+-- whether anyone exists, and nothing more, as the owner.
+CREATE FUNCTION appdor_anyone_can_sign_in() RETURNS boolean
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public
+    AS $$ SELECT EXISTS (SELECT 1 FROM public.users) $$;
+REVOKE ALL ON FUNCTION appdor_anyone_can_sign_in() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION appdor_anyone_can_sign_in() TO appdor_server;

@@ -34,6 +34,7 @@ func serverPool(t *testing.T) *pgxpool.Pool {
 // an audit row, made as the owner.
 type member struct {
 	realm, user         uuid.UUID
+	email               string
 	tokenHash, sessHash []byte
 }
 
@@ -56,7 +57,7 @@ func newMember(t *testing.T) member {
 	require.NoError(t, err)
 	_, err = testenv.Pool(t).Exec(ctx, `INSERT INTO audit_log (realm_id, actor, action) VALUES ($1, 'test', 'seeded')`, r.ID)
 	require.NoError(t, err)
-	return member{realm: r.ID, user: m.ID, tokenHash: th[:], sessHash: sh[:]}
+	return member{realm: r.ID, user: m.ID, email: email, tokenHash: th[:], sessHash: sh[:]}
 }
 
 func count(t *testing.T, run func(scan func(pgx.Rows) error) error) int {
@@ -130,6 +131,30 @@ func TestServingRoleLooksUpOnlyWhatItNames(t *testing.T) {
 			}
 		})
 	}
+	// People and sessions: by email, by id, by the session's hash.
+	people := func(keys rls.Keys, sql string, args ...any) int {
+		return count(t, func(scan func(pgx.Rows) error) error { return db.Lookup(ctx, keys, scan, sql, args...) })
+	}
+	require.Zero(t, people(rls.Keys{}, `SELECT count(*) FROM users`))
+	require.Zero(t, people(rls.Keys{}, `SELECT count(*) FROM sessions`))
+	require.Equal(t, 1, people(rls.Keys{Email: strings.ToUpper(a.email)}, `SELECT count(*) FROM users`))
+	require.Equal(t, 1, people(rls.Keys{Email: a.email}, `SELECT count(*) FROM users WHERE id = $1`, a.user))
+	require.Zero(t, people(rls.Keys{Email: a.email}, `SELECT count(*) FROM sessions`))
+	require.Equal(t, 1, people(rls.Keys{User: b.user}, `SELECT count(*) FROM users WHERE id = $1`, b.user))
+	require.Zero(t, people(rls.Keys{User: b.user}, `SELECT count(*) FROM users WHERE id = $1`, a.user))
+	require.Equal(t, 1, people(rls.Keys{SessionHash: b.sessHash}, `SELECT count(*) FROM sessions`))
+	require.Zero(t, people(rls.Keys{SessionHash: b.sessHash}, `SELECT count(*) FROM users`))
+	require.Zero(t, people(rls.Keys{SessionHash: b.sessHash}, `SELECT count(*) FROM sessions WHERE user_id = $1`, a.user))
+	// Ending or starting someone else's session needs their key.
+	require.NoError(t, db.Lookup(ctx, rls.Keys{SessionHash: a.sessHash}, func(rows pgx.Rows) error { return rows.Err() },
+		`DELETE FROM sessions WHERE user_id = $1`, b.user))
+	err := db.Lookup(ctx, rls.Keys{User: a.user}, func(rows pgx.Rows) error { return rows.Err() },
+		`INSERT INTO sessions (hash, user_id, expires_at) VALUES ('\x01', $1, now() + interval '1 hour')`, b.user)
+	require.Equal(t, "42501", sqlState(err), "%v", err) // new row violates row-level security policy
+	var live int
+	require.NoError(t, testenv.Pool(t).QueryRow(ctx, `SELECT count(*) FROM sessions WHERE user_id = $1`, b.user).Scan(&live))
+	require.Equal(t, 1, live, "B's session survives")
+
 	for _, table := range []string{"audit_log", "apps", "rows"} {
 		err := db.Lookup(ctx, rls.Keys{TokenHash: a.tokenHash}, func(pgx.Rows) error { return nil },
 			"SELECT count(*) FROM "+table)
@@ -158,9 +183,11 @@ func TestCraftedQueryInRealmTransactionSeesNoOtherRealm(t *testing.T) {
 		require.Zero(t, scalar(tx, `SELECT count(*) FROM memberships WHERE realm_id = $1 OR user_id = $2`, b.realm, b.user))
 		require.Zero(t, scalar(tx, `SELECT count(*) FROM token_limits WHERE realm_id = $1`, b.realm))
 		require.Zero(t, scalar(tx, `SELECT count(*) FROM realms WHERE id = $1`, b.realm))
-		if asServer { // the tenant may not read sessions at all
+		if asServer { // the tenant may not read people or sessions at all
 			require.Zero(t, scalar(tx, `SELECT count(*) FROM memberships m JOIN sessions s ON s.user_id = m.user_id
 				WHERE s.hash = $1`, b.sessHash))
+			require.Zero(t, scalar(tx, `SELECT count(*) FROM sessions`))
+			require.Zero(t, scalar(tx, `SELECT count(*) FROM users`))
 		}
 		require.Equal(t, 1, scalar(tx, `SELECT count(*) FROM api_tokens`), "its own token, and only it")
 	}

@@ -72,7 +72,8 @@ func New(pool *pgxpool.Pool, statementTimeout, acquireTimeout time.Duration) *DB
 		setup: "SELECT set_config('role', '" + TenantRole + "', true), set_config('appdor.realm_id', $1, true), " +
 			"set_config('statement_timeout', '" + ms + "', true)",
 		lookupSetup: "SELECT set_config('appdor.token_hash', $1, true), set_config('appdor.session_hash', $2, true), " +
-			"set_config('appdor.user_id', $3, true), set_config('statement_timeout', '" + ms + "', true)",
+			"set_config('appdor.user_id', $3, true), set_config('appdor.email', $4, true), " +
+			"set_config('statement_timeout', '" + ms + "', true)",
 	}
 }
 
@@ -113,20 +114,21 @@ func (db *DB) Query(ctx context.Context, realm uuid.UUID, scan func(pgx.Rows) er
 type Keys struct {
 	TokenHash   []byte    // a token, its membership, realm and ceiling, by the SHA-256 of its secret
 	SessionHash []byte    // a session's person's memberships and their realms, by the SHA-256 of its secret
-	User        uuid.UUID // a person's memberships and their realms, by id
+	User        uuid.UUID // a person, their memberships and realms, and their sessions while signing in, by id
+	Email       string    // a person, by email (any case)
 }
 
 // Lookup runs one statement as the serving role itself (not as a realm), with
 // keys set for that statement only, in one round trip, and hands its rows to
-// scan. It is for authentication's reads; anything that acts within a realm
-// goes through Query or Tx.
+// scan. It is for authentication: its reads, and starting and ending a
+// session; anything that acts within a realm goes through Query or Tx.
 func (db *DB) Lookup(ctx context.Context, keys Keys, scan func(pgx.Rows) error, sql string, args ...any) error {
 	user := ""
 	if keys.User != uuid.Nil {
 		user = keys.User.String()
 	}
 	return db.batch(ctx, db.lookupSetup,
-		[]any{hex.EncodeToString(keys.TokenHash), hex.EncodeToString(keys.SessionHash), user}, scan, sql, args)
+		[]any{hex.EncodeToString(keys.TokenHash), hex.EncodeToString(keys.SessionHash), user, keys.Email}, scan, sql, args)
 }
 
 // batch sends setup and the statement in one pgx batch: one implicit

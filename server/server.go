@@ -259,7 +259,7 @@ func (a *App) prepareSchema(ctx context.Context) error {
 	}
 	a.log.Info("schema ready", slog.Uint64("version", uint64(have)))
 	var anyone bool
-	if err := a.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM users)`).Scan(&anyone); err == nil && !anyone {
+	if err := a.pool.QueryRow(ctx, `SELECT appdor_anyone_can_sign_in()`).Scan(&anyone); err == nil && !anyone {
 		a.log.Info("first run: nobody can sign in yet; create a realm, an owner and a token with " +
 			"`appdor realm create NAME`, then `appdor user create --realm ID --email E --password P --role owner`, " +
 			"then `appdor token create --realm ID --user E --name N` (in Docker: `docker compose exec appdor appdor ...`)")

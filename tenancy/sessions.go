@@ -113,7 +113,7 @@ func (s *Service) Login(ctx context.Context, email, password string) (Session, U
 		u    User
 		hash string
 	)
-	err := s.pool.QueryRow(ctx, `SELECT id, email, password_hash FROM users WHERE lower(email) = lower($1)`, email).
+	err := s.lookupRow(ctx, rls.Keys{Email: email}, `SELECT id, email, password_hash FROM users WHERE lower(email) = lower($1)`, email).
 		Scan(&u.ID, &u.Email, &hash)
 	known := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -135,7 +135,7 @@ func (s *Service) Login(ctx context.Context, email, password string) (Session, U
 	sess := Session{Secret: sessionPrefix + base64.RawURLEncoding.EncodeToString(b), UserID: u.ID}
 	sess.CSRF = CSRFToken(sess.Secret)
 	// Expired sessions of this person are swept on the way in.
-	err = s.pool.QueryRow(ctx,
+	err = s.lookupRow(ctx, rls.Keys{User: u.ID},
 		`WITH sweep AS (DELETE FROM sessions WHERE user_id = $2 AND expires_at <= now())
 		 INSERT INTO sessions (hash, user_id, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3))
 		 RETURNING expires_at`, hashSecret(sess.Secret), u.ID, SessionTTL.Seconds()).Scan(&sess.ExpiresAt)
@@ -155,7 +155,7 @@ func (s *Service) Logout(ctx context.Context, secret string) error {
 	}
 	hash := sha256.Sum256([]byte(secret))
 	err := s.guarded(ctx, hash, errBadSession, func(ctx context.Context) error {
-		if _, err := s.pool.Exec(ctx, `DELETE FROM sessions WHERE hash = $1`, hash[:]); err != nil {
+		if err := s.lookupExec(ctx, rls.Keys{SessionHash: hash[:]}, `DELETE FROM sessions WHERE hash = $1`, hash[:]); err != nil {
 			return rls.Interpret(err)
 		}
 		return errBadSession // whether it was live or not, it is gone now: remembered as unknown
@@ -178,7 +178,7 @@ func (s *Service) SessionUser(ctx context.Context, secret string) (uuid.UUID, er
 	var id uuid.UUID
 	hash := sha256.Sum256([]byte(secret))
 	err := s.guarded(ctx, hash, errBadSession, func(ctx context.Context) error {
-		err := s.pool.QueryRow(ctx, `SELECT user_id FROM sessions WHERE hash = $1 AND expires_at > now()`,
+		err := s.lookupRow(ctx, rls.Keys{SessionHash: hash[:]}, `SELECT user_id FROM sessions WHERE hash = $1 AND expires_at > now()`,
 			hash[:]).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errBadSession

@@ -132,6 +132,40 @@ func New(pool *pgxpool.Pool) *Service {
 // with the server's time bounds. Call it before the service serves requests.
 func (s *Service) UseDB(db *rls.DB) { s.db = db }
 
+// lookupRow is a one-row rls.Lookup, scanned like pgx.Row: pgx.ErrNoRows when
+// there is no row.
+func (s *Service) lookupRow(ctx context.Context, keys rls.Keys, sql string, args ...any) pgx.Row {
+	return lookupRow{s: s, ctx: ctx, keys: keys, sql: sql, args: args}
+}
+
+type lookupRow struct {
+	s    *Service
+	ctx  context.Context
+	keys rls.Keys
+	sql  string
+	args []any
+}
+
+func (r lookupRow) Scan(dest ...any) error {
+	found := false
+	err := r.s.db.Lookup(r.ctx, r.keys, func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return rows.Err()
+		}
+		found = true
+		return rows.Scan(dest...)
+	}, r.sql, r.args...)
+	if err == nil && !found {
+		return pgx.ErrNoRows
+	}
+	return err
+}
+
+// lookupExec runs one statement that returns no rows as an rls.Lookup.
+func (s *Service) lookupExec(ctx context.Context, keys rls.Keys, sql string, args ...any) error {
+	return s.db.Lookup(ctx, keys, func(rows pgx.Rows) error { return rows.Err() }, sql, args...)
+}
+
 // CreateRealm makes a realm.
 func (s *Service) CreateRealm(ctx context.Context, name string) (Realm, error) {
 	name = strings.TrimSpace(name)

@@ -3,6 +3,7 @@ package tenancy
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"strings"
 
 	"github.com/google/uuid"
@@ -67,30 +68,21 @@ func validTokenSecret(secret string) bool {
 }
 
 func (s *Service) lookupToken(ctx context.Context, hash []byte) (*Principal, error) {
-	var (
-		p                  *Principal
-		tokenRPM, realmRPM *int
-	)
-	err := s.db.Lookup(ctx, rls.Keys{TokenHash: hash}, func(rows pgx.Rows) error {
-		for rows.Next() {
-			p = &Principal{}
-			if err := rows.Scan(&p.TokenID, &p.RealmID, &p.UserID, &p.Role, &tokenRPM, &realmRPM); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	},
+	p := &Principal{}
+	var tokenRPM, realmRPM *int
+	err := s.lookupRow(ctx, rls.Keys{TokenHash: hash},
 		`SELECT t.id, t.realm_id, t.user_id, m.role, l.requests_per_minute, r.requests_per_minute
 		 FROM api_tokens t
 		 JOIN memberships m ON m.realm_id = t.realm_id AND m.user_id = t.user_id
 		 JOIN realms r ON r.id = t.realm_id
 		 LEFT JOIN token_limits l ON l.realm_id = t.realm_id AND l.token_id = t.id
-		 WHERE t.hash = $1 AND t.revoked_at IS NULL`, hash)
-	if err != nil {
-		return nil, err
-	}
-	if p == nil {
+		 WHERE t.hash = $1 AND t.revoked_at IS NULL`, hash).
+		Scan(&p.TokenID, &p.RealmID, &p.UserID, &p.Role, &tokenRPM, &realmRPM)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errUnauthorized
+	}
+	if err != nil {
+		return nil, rls.Interpret(err)
 	}
 	if tokenRPM != nil {
 		p.TokenRPM = *tokenRPM
