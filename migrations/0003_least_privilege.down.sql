@@ -23,6 +23,7 @@ DROP POLICY IF EXISTS appdor_owner ON realms;
 DROP POLICY IF EXISTS appdor_owner ON memberships;
 DROP POLICY IF EXISTS appdor_owner ON api_tokens;
 DROP POLICY IF EXISTS appdor_owner ON token_limits;
+DROP POLICY IF EXISTS appdor_owner ON audit_log;
 
 -- Back to 0001's policy for the role that migrates.
 DO $$

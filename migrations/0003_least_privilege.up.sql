@@ -19,8 +19,9 @@
 -- transaction, where only realm_isolation applies.
 --
 -- The owner (the role running this migration) keeps its own policy: the admin
--- commands create realms, members and tokens as the owner. Run the server as
--- that same role and it sees every realm, as before; `appdor serve` warns.
+-- commands create realms, members and tokens as the owner, and an operator
+-- reads the audit log as the owner. Run the server as that same role and it
+-- sees every realm, as before; `appdor serve` warns.
 
 DO $$
 BEGIN
@@ -53,7 +54,7 @@ DO $$
 DECLARE
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['realms', 'memberships', 'api_tokens', 'token_limits', 'users', 'sessions'] LOOP
+    FOREACH t IN ARRAY ARRAY['realms', 'memberships', 'api_tokens', 'token_limits', 'audit_log', 'users', 'sessions'] LOOP
         EXECUTE format('CREATE POLICY appdor_owner ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
     END LOOP;
 END

@@ -148,17 +148,23 @@ type lookupRow struct {
 
 func (r lookupRow) Scan(dest ...any) error {
 	found := false
-	err := r.s.db.Lookup(r.ctx, r.keys, func(rows pgx.Rows) error {
-		if !rows.Next() {
-			return rows.Err()
-		}
-		found = true
-		return rows.Scan(dest...)
-	}, r.sql, r.args...)
+	err := r.s.db.Lookup(r.ctx, r.keys, scanOne(&found, dest...), r.sql, r.args...)
 	if err == nil && !found {
 		return pgx.ErrNoRows
 	}
 	return err
+}
+
+// scanOne is a scan for rls.Query and rls.Lookup: the first row into dest
+// (nil skips a column), and whether there was one into found.
+func scanOne(found *bool, dest ...any) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return rows.Err()
+		}
+		*found = true
+		return rows.Scan(dest...)
+	}
 }
 
 // lookupExec runs one statement that returns no rows as an rls.Lookup.

@@ -118,15 +118,7 @@ func (s *Service) setTokenLimit(c echo.Context) error {
 	}
 	t := Token{RequestsPerMinute: rpm}
 	found := false
-	err = s.db.Query(c.Request().Context(), p.RealmID, func(rows pgx.Rows) error {
-		for rows.Next() {
-			found = true
-			if err := rows.Scan(&t.ID, &t.RealmID, &t.UserID, &t.Name, &t.CreatedAt, &t.RevokedAt, nil); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	},
+	err = s.db.Query(c.Request().Context(), p.RealmID, scanOne(&found, &t.ID, &t.RealmID, &t.UserID, &t.Name, &t.CreatedAt, &t.RevokedAt, nil),
 		`WITH t AS (
 		   SELECT realm_id, id, user_id, name, created_at, revoked_at FROM api_tokens WHERE realm_id = $1 AND id = $2
 		 ), up AS (
@@ -157,12 +149,7 @@ func (s *Service) revokeTokenHTTP(c echo.Context) error {
 		return err
 	}
 	found := false
-	err = s.db.Query(c.Request().Context(), p.RealmID, func(rows pgx.Rows) error {
-		for rows.Next() {
-			found = true
-		}
-		return rows.Err()
-	},
+	err = s.db.Query(c.Request().Context(), p.RealmID, scanOne(&found, nil),
 		`WITH t AS (
 		   UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
 		   WHERE realm_id = $1 AND id = $2 RETURNING id
