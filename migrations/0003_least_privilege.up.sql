@@ -86,31 +86,40 @@ CREATE POLICY appdor_server_end ON sessions FOR DELETE TO appdor_server
 CREATE POLICY appdor_server_lookup ON api_tokens FOR SELECT TO appdor_server
     USING (hash = (SELECT decode(nullif(current_setting('appdor.token_hash', true), ''), 'hex')));
 
--- The ceiling of that token (api_tokens' own policies filter the subquery).
+-- The ceiling of that token. (Each policy names its key itself rather than
+-- lean on the policies of the tables its subqueries read, which filter them
+-- too.)
 CREATE POLICY appdor_server_lookup ON token_limits FOR SELECT TO appdor_server
-    USING ((realm_id, token_id) IN (SELECT t.realm_id, t.id FROM api_tokens t));
+    USING ((realm_id, token_id) IN (
+        SELECT t.realm_id, t.id FROM api_tokens t
+        WHERE t.hash = (SELECT decode(nullif(current_setting('appdor.token_hash', true), ''), 'hex'))));
 
 -- The membership behind that token, or the memberships of a session's person,
 -- or of a user by id.
 CREATE POLICY appdor_server_lookup ON memberships FOR SELECT TO appdor_server
     USING (
         user_id = (SELECT nullif(current_setting('appdor.user_id', true), '')::uuid)
-        OR (realm_id, user_id) IN (SELECT t.realm_id, t.user_id FROM api_tokens t)
-        OR user_id IN (SELECT s.user_id FROM sessions s
-                       WHERE s.hash = (SELECT decode(nullif(current_setting('appdor.session_hash', true), ''), 'hex')))
+        OR (realm_id, user_id) IN (
+            SELECT t.realm_id, t.user_id FROM api_tokens t
+            WHERE t.hash = (SELECT decode(nullif(current_setting('appdor.token_hash', true), ''), 'hex')))
+        OR user_id IN (
+            SELECT s.user_id FROM sessions s
+            WHERE s.hash = (SELECT decode(nullif(current_setting('appdor.session_hash', true), ''), 'hex')))
     );
--- (The subqueries on api_tokens and sessions are filtered by those tables'
--- own policies: only the token or session whose hash is set.)
 
 -- The realms of those memberships. Each branch is led by an index (token hash,
 -- membership user, session hash), so a lookup never scans a realm's members.
 CREATE POLICY appdor_server_lookup ON realms FOR SELECT TO appdor_server
     USING (
-        id IN (SELECT t.realm_id FROM api_tokens t)
-        OR id IN (SELECT m.realm_id FROM memberships m
-                  WHERE m.user_id = (SELECT nullif(current_setting('appdor.user_id', true), '')::uuid))
-        OR id IN (SELECT m.realm_id FROM memberships m JOIN sessions s ON s.user_id = m.user_id
-                  WHERE s.hash = (SELECT decode(nullif(current_setting('appdor.session_hash', true), ''), 'hex')))
+        id IN (
+            SELECT t.realm_id FROM api_tokens t
+            WHERE t.hash = (SELECT decode(nullif(current_setting('appdor.token_hash', true), ''), 'hex')))
+        OR id IN (
+            SELECT m.realm_id FROM memberships m
+            WHERE m.user_id = (SELECT nullif(current_setting('appdor.user_id', true), '')::uuid))
+        OR id IN (
+            SELECT m.realm_id FROM memberships m JOIN sessions s ON s.user_id = m.user_id
+            WHERE s.hash = (SELECT decode(nullif(current_setting('appdor.session_hash', true), ''), 'hex')))
     );
 
 -- What the serving role may touch at all. Nothing on the grid tables or the

@@ -314,3 +314,41 @@ func TestServingRoleStandingOfAnOwner(t *testing.T) {
 	require.False(t, st.Sound())
 	require.Equal(t, []string{"owns the tables (" + name + "_table)"}, st.Problems())
 }
+
+// TestServerRolePoliciesNeedAKey fails when a migration gives appdor_server a
+// policy that does not ask for a lookup key or the realm (a USING (true) by
+// another name), or gives appdor_server a login, RLS bypass or a table.
+func TestServerRolePoliciesNeedAKey(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	var login, inherit, bypass, super bool
+	var owned int
+	require.NoError(t, pool.QueryRow(t.Context(), `
+		SELECT rolcanlogin, rolinherit, rolbypassrls, rolsuper,
+		       (SELECT count(*) FROM pg_class WHERE relowner = r.oid)
+		FROM pg_roles r WHERE rolname = 'appdor_server'`).Scan(&login, &inherit, &bypass, &super, &owned))
+	require.False(t, login)
+	require.False(t, inherit, "appdor_server would pass the tenant's grants on outside tenant transactions")
+	require.False(t, bypass)
+	require.False(t, super)
+	require.Zero(t, owned)
+
+	rows, err := pool.Query(t.Context(), `
+		SELECT p.polrelid::regclass::text, p.polname::text,
+		       coalesce(pg_get_expr(p.polqual, p.polrelid), ''), coalesce(pg_get_expr(p.polwithcheck, p.polrelid), '')
+		FROM pg_policy p
+		WHERE 'appdor_server'::regrole = ANY (p.polroles) OR 0::oid = ANY (p.polroles)`)
+	require.NoError(t, err)
+	type policy struct{ Table, Name, Using, Check string }
+	policies, err := pgx.CollectRows(rows, pgx.RowToStructByPos[policy])
+	require.NoError(t, err)
+	require.NotEmpty(t, policies)
+	for _, p := range policies {
+		for _, expr := range []string{p.Using, p.Check} {
+			if expr == "" {
+				continue
+			}
+			require.Contains(t, expr, "current_setting('appdor.", "%s on %s: %s", p.Name, p.Table, expr)
+		}
+	}
+}
