@@ -108,12 +108,12 @@ func (db *DB) Query(ctx context.Context, realm uuid.UUID, scan func(pgx.Rows) er
 	return db.batch(ctx, db.setup, []any{realm.String()}, scan, sql, args)
 }
 
-// Keys name the rows the serving role may read outside a tenant transaction:
-// what authentication needs before it knows the realm (the appdor_server_lookup
+// Keys name the rows the serving role may touch outside a tenant transaction:
+// what authentication needs before it knows the realm (the appdor_server_*
 // policies of migration 0003). With no key set, those policies match nothing.
 type Keys struct {
 	TokenHash   []byte    // a token, its membership, realm and ceiling, by the SHA-256 of its secret
-	SessionHash []byte    // a session's person's memberships and their realms, by the SHA-256 of its secret
+	SessionHash []byte    // a session, its person's memberships and their realms, by the SHA-256 of its secret
 	User        uuid.UUID // a person, their memberships and realms, and their sessions while signing in, by id
 	Email       string    // a person, by email (any case)
 }
