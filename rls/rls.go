@@ -8,12 +8,17 @@
 // it in one pgx batch with the query (a batch is one implicit transaction), and
 // an explicit transaction sends it with BEGIN.
 //
+// The serving login role is not the schema's owner and cannot bypass RLS
+// (README, "PostgreSQL roles"); outside a tenant transaction it reads only
+// what authentication needs, named by the keys of Lookup.
+//
 // rls must never hand out a connection that is not scoped to a realm, and never
 // let a setting outlive its transaction.
 package rls
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -42,6 +47,7 @@ type DB struct {
 	statementTimeout time.Duration
 	acquireTimeout   time.Duration
 	setup            string // the setup statement's SQL, with the role and statement_timeout baked in
+	lookupSetup      string // Lookup's setup: the keys and statement_timeout, no role
 }
 
 // New returns a DB over pool. Zero durations take the defaults.
@@ -64,6 +70,9 @@ func New(pool *pgxpool.Pool, statementTimeout, acquireTimeout time.Duration) *DB
 		// (and logs) for a SET LOCAL opening an implicit transaction: that
 		// was one server log line and one notice to decode every read.
 		setup: "SELECT set_config('role', '" + TenantRole + "', true), set_config('appdor.realm_id', $1, true), " +
+			"set_config('statement_timeout', '" + ms + "', true)",
+		lookupSetup: "SELECT set_config('appdor.token_hash', $1, true), set_config('appdor.session_hash', $2, true), " +
+			"set_config('appdor.user_id', $3, true), set_config('appdor.email', $4, true), " +
 			"set_config('statement_timeout', '" + ms + "', true)",
 	}
 }
@@ -96,6 +105,35 @@ func (db *DB) Query(ctx context.Context, realm uuid.UUID, scan func(pgx.Rows) er
 	if realm == uuid.Nil {
 		return errors.New("rls: no realm")
 	}
+	return db.batch(ctx, db.setup, []any{realm.String()}, scan, sql, args)
+}
+
+// Keys name the rows the serving role may touch outside a tenant transaction:
+// what authentication needs before it knows the realm (the appdor_server_*
+// policies of migration 0003). With no key set, those policies match nothing.
+type Keys struct {
+	TokenHash   []byte    // a token, its membership, realm and ceiling, by the SHA-256 of its secret
+	SessionHash []byte    // a session, its person's memberships and their realms, by the SHA-256 of its secret
+	User        uuid.UUID // a person, their memberships and realms, and their sessions while signing in, by id
+	Email       string    // a person, by email (any case)
+}
+
+// Lookup runs one statement as the serving role itself (not as a realm), with
+// keys set for that statement only, in one round trip, and hands its rows to
+// scan. It is for authentication: its reads, and starting and ending a
+// session; anything that acts within a realm goes through Query or Tx.
+func (db *DB) Lookup(ctx context.Context, keys Keys, scan func(pgx.Rows) error, sql string, args ...any) error {
+	user := ""
+	if keys.User != uuid.Nil {
+		user = keys.User.String()
+	}
+	return db.batch(ctx, db.lookupSetup,
+		[]any{hex.EncodeToString(keys.TokenHash), hex.EncodeToString(keys.SessionHash), user, keys.Email}, scan, sql, args)
+}
+
+// batch sends setup and the statement in one pgx batch: one implicit
+// transaction, so the setup's settings hold for the statement and end with it.
+func (db *DB) batch(ctx context.Context, setup string, setupArgs []any, scan func(pgx.Rows) error, sql string, args []any) error {
 	conn, err := db.acquire(ctx)
 	if err != nil {
 		return err
@@ -103,7 +141,7 @@ func (db *DB) Query(ctx context.Context, realm uuid.UUID, scan func(pgx.Rows) er
 	defer conn.Release()
 
 	b := &pgx.Batch{}
-	b.Queue(db.setup, realm.String())
+	b.Queue(setup, setupArgs...)
 	b.Queue(sql, args...)
 	br := conn.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {

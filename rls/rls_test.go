@@ -17,10 +17,10 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// onePool is a pool with a single connection, so every call reuses the
-// connection the previous one left behind.
+// onePool is a pool with a single connection as the serving role, so every
+// call reuses the connection the previous one left behind.
 func onePool(t *testing.T) *pgxpool.Pool {
-	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
+	cfg, err := pgxpool.ParseConfig(testenv.ServerURL(t))
 	require.NoError(t, err)
 	cfg.MaxConns = 1
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
@@ -79,7 +79,7 @@ func TestTxRollsBackOnErrorAndPanic(t *testing.T) {
 	db := rls.New(pool, 0, 0)
 	ctx := t.Context()
 	var realm uuid.UUID
-	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO realms (name) VALUES ('rollback') RETURNING id`).Scan(&realm))
+	require.NoError(t, testenv.Pool(t).QueryRow(ctx, `INSERT INTO realms (name) VALUES ('rollback') RETURNING id`).Scan(&realm))
 
 	insert := func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO apps (realm_id, name) VALUES ($1, 'x')`, realm)

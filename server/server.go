@@ -68,12 +68,15 @@ type Config struct {
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client
 	// address; none: the client is the direct peer.
 	TrustedProxies []*net.IPNet
+	// MigrateDatabaseURL is the schema owner's URL, for migrations; empty:
+	// DatabaseURL's role migrates (and so owns the schema it serves).
+	MigrateDatabaseURL string
 }
 
 // ConnectError says which backing service could not be reached, with its URL
 // stripped of any password.
 type ConnectError struct {
-	Service string // "database" or "redis"
+	Service string // "database", "migration database" or "redis"
 	URL     string
 	Err     error
 }
@@ -141,8 +144,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	pcfg.MinConns = max(1, pcfg.MaxConns/2)
 	pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	if cfg.Migrate {
-		if err := ensureDatabase(ctx, pcfg.ConnConfig, log); err != nil {
-			return nil, &ConnectError{Service: "database", URL: Redact(cfg.DatabaseURL), Err: err}
+		mcfg, err := pgx.ParseConfig(cfg.migrateURL())
+		if err == nil {
+			mcfg.ConnectTimeout = pcfg.ConnConfig.ConnectTimeout
+			err = ensureDatabase(ctx, mcfg, log)
+		}
+		if err != nil {
+			return nil, &ConnectError{Service: cfg.migrateService(), URL: Redact(cfg.migrateURL()), Err: err}
 		}
 	}
 	if a.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
@@ -172,6 +180,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 
 	a.db = rls.New(a.pool, cfg.StatementTimeout, cfg.AcquireTimeout)
 	a.tenancy = tenancy.New(a.pool)
+	a.tenancy.UseDB(a.db)
 	a.startLimiter(ctx)
 	a.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.setupMetrics()
@@ -208,12 +217,28 @@ func ensureDatabase(ctx context.Context, cc *pgx.ConnConfig, log *slog.Logger) e
 	return nil
 }
 
-// prepareSchema migrates, or with migration off refuses a schema that is
-// behind this binary.
+// migrateURL is the URL migrations run with.
+func (c Config) migrateURL() string {
+	if c.MigrateDatabaseURL != "" {
+		return c.MigrateDatabaseURL
+	}
+	return c.DatabaseURL
+}
+
+// migrateService names the URL migrations run with in a ConnectError.
+func (c Config) migrateService() string {
+	if c.MigrateDatabaseURL != "" {
+		return "migration database"
+	}
+	return "database"
+}
+
+// prepareSchema migrates, as the schema's owner, or with migration off
+// refuses a schema that is behind this binary.
 func (a *App) prepareSchema(ctx context.Context) error {
-	m, err := migrations.Open(ctx, a.cfg.DatabaseURL)
+	m, err := migrations.Open(ctx, a.cfg.migrateURL())
 	if err != nil {
-		return &ConnectError{Service: "database", URL: Redact(a.cfg.DatabaseURL), Err: err}
+		return &ConnectError{Service: a.cfg.migrateService(), URL: Redact(a.cfg.migrateURL()), Err: err}
 	}
 	defer m.Close()
 	if a.cfg.Migrate {
@@ -234,7 +259,7 @@ func (a *App) prepareSchema(ctx context.Context) error {
 	}
 	a.log.Info("schema ready", slog.Uint64("version", uint64(have)))
 	var anyone bool
-	if err := a.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM users)`).Scan(&anyone); err == nil && !anyone {
+	if err := a.pool.QueryRow(ctx, `SELECT appdor_anyone_can_sign_in()`).Scan(&anyone); err == nil && !anyone {
 		a.log.Info("first run: nobody can sign in yet; create a realm, an owner and a token with " +
 			"`appdor realm create NAME`, then `appdor user create --realm ID --email E --password P --role owner`, " +
 			"then `appdor token create --realm ID --user E --name N` (in Docker: `docker compose exec appdor appdor ...`)")

@@ -113,7 +113,7 @@ func (s *Service) Login(ctx context.Context, email, password string) (Session, U
 		u    User
 		hash string
 	)
-	err := s.pool.QueryRow(ctx, `SELECT id, email, password_hash FROM users WHERE lower(email) = lower($1)`, email).
+	err := s.lookupRow(ctx, rls.Keys{Email: email}, `SELECT id, email, password_hash FROM users WHERE lower(email) = lower($1)`, email).
 		Scan(&u.ID, &u.Email, &hash)
 	known := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -135,7 +135,7 @@ func (s *Service) Login(ctx context.Context, email, password string) (Session, U
 	sess := Session{Secret: sessionPrefix + base64.RawURLEncoding.EncodeToString(b), UserID: u.ID}
 	sess.CSRF = CSRFToken(sess.Secret)
 	// Expired sessions of this person are swept on the way in.
-	err = s.pool.QueryRow(ctx,
+	err = s.lookupRow(ctx, rls.Keys{User: u.ID},
 		`WITH sweep AS (DELETE FROM sessions WHERE user_id = $2 AND expires_at <= now())
 		 INSERT INTO sessions (hash, user_id, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3))
 		 RETURNING expires_at`, hashSecret(sess.Secret), u.ID, SessionTTL.Seconds()).Scan(&sess.ExpiresAt)
@@ -155,7 +155,7 @@ func (s *Service) Logout(ctx context.Context, secret string) error {
 	}
 	hash := sha256.Sum256([]byte(secret))
 	err := s.guarded(ctx, hash, errBadSession, func(ctx context.Context) error {
-		if _, err := s.pool.Exec(ctx, `DELETE FROM sessions WHERE hash = $1`, hash[:]); err != nil {
+		if err := s.lookupExec(ctx, rls.Keys{SessionHash: hash[:]}, `DELETE FROM sessions WHERE hash = $1`, hash[:]); err != nil {
 			return rls.Interpret(err)
 		}
 		return errBadSession // whether it was live or not, it is gone now: remembered as unknown
@@ -178,7 +178,7 @@ func (s *Service) SessionUser(ctx context.Context, secret string) (uuid.UUID, er
 	var id uuid.UUID
 	hash := sha256.Sum256([]byte(secret))
 	err := s.guarded(ctx, hash, errBadSession, func(ctx context.Context) error {
-		err := s.pool.QueryRow(ctx, `SELECT user_id FROM sessions WHERE hash = $1 AND expires_at > now()`,
+		err := s.lookupRow(ctx, rls.Keys{SessionHash: hash[:]}, `SELECT user_id FROM sessions WHERE hash = $1 AND expires_at > now()`,
 			hash[:]).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errBadSession
@@ -214,16 +214,6 @@ func (s *Service) LookupSession(ctx context.Context, secret, realm string) (*Pri
 }
 
 func (s *Service) lookupSession(ctx context.Context, hash []byte, want *uuid.UUID) (*Principal, error) {
-	rows, err := s.pool.Query(ctx,
-		`SELECT s.user_id, m.realm_id, m.role, r.requests_per_minute
-		 FROM sessions s
-		 LEFT JOIN memberships m ON m.user_id = s.user_id AND ($2::uuid IS NULL OR m.realm_id = $2)
-		 LEFT JOIN realms r ON r.id = m.realm_id
-		 WHERE s.hash = $1 AND s.expires_at > now()
-		 LIMIT 2`, hash, want)
-	if err != nil {
-		return nil, rls.Interpret(err)
-	}
 	var (
 		p        Principal
 		n        int
@@ -231,15 +221,23 @@ func (s *Service) lookupSession(ctx context.Context, hash []byte, want *uuid.UUI
 		role     *string
 		realmRPM *int
 	)
-	for rows.Next() {
-		n++
-		if err := rows.Scan(&p.UserID, &realmID, &role, &realmRPM); err != nil {
-			rows.Close()
-			return nil, rls.Interpret(err)
+	err := s.db.Lookup(ctx, rls.Keys{SessionHash: hash}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			n++
+			if err := rows.Scan(&p.UserID, &realmID, &role, &realmRPM); err != nil {
+				return err
+			}
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, rls.Interpret(err)
+		return rows.Err()
+	},
+		`SELECT s.user_id, m.realm_id, m.role, r.requests_per_minute
+		 FROM sessions s
+		 LEFT JOIN memberships m ON m.user_id = s.user_id AND ($2::uuid IS NULL OR m.realm_id = $2)
+		 LEFT JOIN realms r ON r.id = m.realm_id
+		 WHERE s.hash = $1 AND s.expires_at > now()
+		 LIMIT 2`, hash, want)
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case n == 0:
@@ -261,7 +259,28 @@ func (s *Service) lookupSession(ctx context.Context, hash []byte, want *uuid.UUI
 // Me returns a person and the realms they belong to, by name; with only set,
 // just that realm (a token acts in one realm).
 func (s *Service) Me(ctx context.Context, user uuid.UUID, only *uuid.UUID) (User, []RealmRole, error) {
-	rows, err := s.pool.Query(ctx,
+	var (
+		u      User
+		found  bool
+		realms = []RealmRole{}
+	)
+	err := s.db.Lookup(ctx, rls.Keys{User: user}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				id   *uuid.UUID
+				name *string
+				role *string
+			)
+			if err := rows.Scan(&u.ID, &u.Email, &id, &name, &role); err != nil {
+				return err
+			}
+			found = true
+			if id != nil {
+				realms = append(realms, RealmRole{ID: *id, Name: *name, Role: Role(*role)})
+			}
+		}
+		return rows.Err()
+	},
 		`SELECT u.id, u.email, r.id, r.name, m.role
 		 FROM users u
 		 LEFT JOIN memberships m ON m.user_id = u.id AND ($2::uuid IS NULL OR m.realm_id = $2)
@@ -269,30 +288,7 @@ func (s *Service) Me(ctx context.Context, user uuid.UUID, only *uuid.UUID) (User
 		 WHERE u.id = $1
 		 ORDER BY r.name, r.id`, user, only)
 	if err != nil {
-		return User{}, nil, rls.Interpret(err)
-	}
-	defer rows.Close()
-	var (
-		u      User
-		found  bool
-		realms = []RealmRole{}
-	)
-	for rows.Next() {
-		var (
-			id   *uuid.UUID
-			name *string
-			role *string
-		)
-		if err := rows.Scan(&u.ID, &u.Email, &id, &name, &role); err != nil {
-			return User{}, nil, rls.Interpret(err)
-		}
-		found = true
-		if id != nil {
-			realms = append(realms, RealmRole{ID: *id, Name: *name, Role: Role(*role)})
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return User{}, nil, rls.Interpret(err)
+		return User{}, nil, err
 	}
 	if !found {
 		return User{}, nil, errBadSession

@@ -2,9 +2,16 @@
 // users, memberships and roles, API tokens (stored as SHA-256 hashes) and their
 // limits, and the Principal that authentication puts on every request.
 //
-// tenancy reads the global tables (users, sessions, the token lookup) as the
-// serving role, outside appdor_tenant; it never reads grid data, and it never
-// stores a secret in a form that can be read back.
+// Authentication reads as the serving role, outside appdor_tenant, and only
+// what it names: a user by email, a session by the hash of its secret, a token
+// by the hash of its secret and the memberships and realms behind them
+// (rls.Lookup; the database's policies show the serving role nothing else).
+// What acts within a realm — listing, creating, limiting and revoking its
+// tokens — runs in that realm's tenant transaction (rls.Tx), where row-level
+// security, not a WHERE clause, keeps realms apart. The admin commands
+// (CreateRealm, CreateUser, CreateToken, RevokeToken) run as the schema's
+// owner. tenancy never reads grid data, and it never stores a secret in a form
+// that can be read back.
 package tenancy
 
 import (
@@ -92,9 +99,12 @@ type Token struct {
 	RevokedAt         *time.Time `json:"revoked_at,omitempty"`
 }
 
-// Service is tenancy's store: it talks to PostgreSQL as the serving role.
+// Service is tenancy's store: it talks to PostgreSQL as the serving role, or,
+// for the admin commands, as the owner.
 type Service struct {
 	pool *pgxpool.Pool
+	// db runs authentication's lookups and the realm's token routes.
+	db *rls.DB
 	// cache holds token lookups while StartTokenCache runs; nil otherwise.
 	cache atomic.Pointer[tokenCache]
 	// lookups joins concurrent lookups of the same token.
@@ -106,14 +116,60 @@ type Service struct {
 	known, unknown *hashSet
 }
 
-// New returns a Service on pool.
+// New returns a Service on pool; its lookups and tenant transactions have
+// rls's default time bounds until UseDB gives it the server's.
 func New(pool *pgxpool.Pool) *Service {
 	return &Service{
 		pool:    pool,
+		db:      rls.New(pool, 0, 0),
 		guard:   Guard{Timeout: DefaultLookupTimeout},
 		known:   newHashSet(KnownCredentialTTL, maxKnownCredentials),
 		unknown: newHashSet(UnknownCredentialTTL, maxUnknownCredentials),
 	}
+}
+
+// UseDB runs the lookups and the token routes on db, a DB over the same pool
+// with the server's time bounds. Call it before the service serves requests.
+func (s *Service) UseDB(db *rls.DB) { s.db = db }
+
+// lookupRow is a one-row rls.Lookup, scanned like pgx.Row: pgx.ErrNoRows when
+// there is no row.
+func (s *Service) lookupRow(ctx context.Context, keys rls.Keys, sql string, args ...any) pgx.Row {
+	return lookupRow{s: s, ctx: ctx, keys: keys, sql: sql, args: args}
+}
+
+type lookupRow struct {
+	s    *Service
+	ctx  context.Context
+	keys rls.Keys
+	sql  string
+	args []any
+}
+
+func (r lookupRow) Scan(dest ...any) error {
+	found := false
+	err := r.s.db.Lookup(r.ctx, r.keys, scanOne(&found, dest...), r.sql, r.args...)
+	if err == nil && !found {
+		return pgx.ErrNoRows
+	}
+	return err
+}
+
+// scanOne is a scan for rls.Query and rls.Lookup: the first row into dest
+// (nil skips a column), and whether there was one into found.
+func scanOne(found *bool, dest ...any) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return rows.Err()
+		}
+		*found = true
+		return rows.Scan(dest...)
+	}
+}
+
+// lookupExec runs one statement that returns no rows as an rls.Lookup.
+func (s *Service) lookupExec(ctx context.Context, keys rls.Keys, sql string, args ...any) error {
+	return s.db.Lookup(ctx, keys, func(rows pgx.Rows) error { return rows.Err() }, sql, args...)
 }
 
 // CreateRealm makes a realm.
@@ -188,7 +244,8 @@ func hashSecret(secret string) []byte {
 }
 
 // CreateToken makes an API token for the member with email in realm. The
-// secret is returned this once; only its hash is stored.
+// secret is returned this once; only its hash is stored. It is an admin
+// command: it finds the member by email, across the realm's people.
 func (s *Service) CreateToken(ctx context.Context, realm uuid.UUID, email, name string, rpm *int) (Token, string, error) {
 	var userID uuid.UUID
 	err := s.pool.QueryRow(ctx,
@@ -203,7 +260,8 @@ func (s *Service) CreateToken(ctx context.Context, realm uuid.UUID, email, name 
 	return s.createToken(ctx, s.pool, realm, userID, name, rpm)
 }
 
-// DBTX is what token creation needs: a pool or a transaction.
+// DBTX is what token creation needs: the owner's pool (an admin command) or a
+// tenant transaction (the token API).
 type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -237,7 +295,8 @@ func (s *Service) createToken(ctx context.Context, db DBTX, realm, user uuid.UUI
 	return t, secret, nil
 }
 
-// RevokeToken ends a token; it authenticates nothing from then on.
+// RevokeToken ends a token, found by id in any realm (an admin command); it
+// authenticates nothing from then on.
 func (s *Service) RevokeToken(ctx context.Context, id uuid.UUID) (Token, error) {
 	t := Token{ID: id}
 	err := s.pool.QueryRow(ctx,

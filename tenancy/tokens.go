@@ -70,7 +70,7 @@ func validTokenSecret(secret string) bool {
 func (s *Service) lookupToken(ctx context.Context, hash []byte) (*Principal, error) {
 	p := &Principal{}
 	var tokenRPM, realmRPM *int
-	err := s.pool.QueryRow(ctx,
+	err := s.lookupRow(ctx, rls.Keys{TokenHash: hash},
 		`SELECT t.id, t.realm_id, t.user_id, m.role, l.requests_per_minute, r.requests_per_minute
 		 FROM api_tokens t
 		 JOIN memberships m ON m.realm_id = t.realm_id AND m.user_id = t.user_id

@@ -12,7 +12,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor"
-	"github.com/appdor/appdor/rls"
 )
 
 // maxRequestsPerMinute bounds a token's ceiling: beyond it a ceiling means
@@ -21,8 +20,9 @@ const maxRequestsPerMinute = 1_000_000
 
 // TokenRoutes registers the realm's token API on g, the gated API group (it
 // passes authentication, the rate limiter and the fairness controller). Only
-// owners manage tokens. Every query says realm_id = the principal's realm:
-// tenancy runs as the serving role, whose appdor_service policy sees all.
+// owners manage tokens. Every query runs in the principal's realm's tenant
+// transaction, so row-level security hides every other realm's tokens; the
+// realm_id = the principal's realm in each is the habit, not the wall.
 func (s *Service) TokenRoutes(g *echo.Group) {
 	owner := Require(RoleOwner)
 	g.POST("/tokens", s.createTokenHTTP, owner)
@@ -50,7 +50,15 @@ func (s *Service) createTokenHTTP(c echo.Context) error {
 		return err
 	}
 	// The token acts as the member who creates it, in this realm only.
-	t, secret, err := s.createToken(c.Request().Context(), s.pool, p.RealmID, p.UserID, in.Name, in.RequestsPerMinute)
+	ctx := c.Request().Context()
+	var (
+		t      Token
+		secret string
+	)
+	err := s.db.Tx(ctx, p.RealmID, func(tx pgx.Tx) (err error) {
+		t, secret, err = s.createToken(ctx, tx, p.RealmID, p.UserID, in.Name, in.RequestsPerMinute)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -60,7 +68,15 @@ func (s *Service) createTokenHTTP(c echo.Context) error {
 
 func (s *Service) listTokens(c echo.Context) error {
 	p := PrincipalOf(c)
-	rows, err := s.pool.Query(c.Request().Context(),
+	var tokens []Token
+	err := s.db.Query(c.Request().Context(), p.RealmID, func(rows pgx.Rows) (err error) {
+		tokens, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Token, error) {
+			var t Token
+			err := r.Scan(&t.ID, &t.RealmID, &t.UserID, &t.Name, &t.RequestsPerMinute, &t.CreatedAt, &t.RevokedAt)
+			return t, err
+		})
+		return err
+	},
 		`SELECT t.id, t.realm_id, t.user_id, t.name, l.requests_per_minute, t.created_at, t.revoked_at
 		 FROM api_tokens t
 		 LEFT JOIN token_limits l ON l.realm_id = t.realm_id AND l.token_id = t.id
@@ -68,21 +84,13 @@ func (s *Service) listTokens(c echo.Context) error {
 		 ORDER BY t.created_at, t.id
 		 LIMIT 10000`, p.RealmID)
 	if err != nil {
-		return rls.Interpret(err)
-	}
-	tokens, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Token, error) {
-		var t Token
-		err := r.Scan(&t.ID, &t.RealmID, &t.UserID, &t.Name, &t.RequestsPerMinute, &t.CreatedAt, &t.RevokedAt)
-		return t, err
-	})
-	if err != nil {
-		return rls.Interpret(err)
+		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"tokens": tokens})
 }
 
 // setTokenLimit sets or (null) removes a token's ceiling. The change and its
-// notification commit together, in one statement.
+// notification commit together, in one statement of the realm's transaction.
 func (s *Service) setTokenLimit(c echo.Context) error {
 	p := PrincipalOf(c)
 	id, err := tokenIDParam(c)
@@ -109,7 +117,8 @@ func (s *Service) setTokenLimit(c echo.Context) error {
 		return err
 	}
 	t := Token{RequestsPerMinute: rpm}
-	err = s.pool.QueryRow(c.Request().Context(),
+	found := false
+	err = s.db.Query(c.Request().Context(), p.RealmID, scanOne(&found, &t.ID, &t.RealmID, &t.UserID, &t.Name, &t.CreatedAt, &t.RevokedAt, nil),
 		`WITH t AS (
 		   SELECT realm_id, id, user_id, name, created_at, revoked_at FROM api_tokens WHERE realm_id = $1 AND id = $2
 		 ), up AS (
@@ -121,13 +130,12 @@ func (s *Service) setTokenLimit(c echo.Context) error {
 		   WHERE $3::int IS NULL AND l.realm_id = t.realm_id AND l.token_id = t.id
 		 )
 		 SELECT id, realm_id, user_id, name, created_at, revoked_at, pg_notify($4, id::text) FROM t`,
-		p.RealmID, id, rpm, TokenChannel).
-		Scan(&t.ID, &t.RealmID, &t.UserID, &t.Name, &t.CreatedAt, &t.RevokedAt, nil)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return appdor.Errorf(appdor.ENotFound, "token %s not found", id)
-	}
+		p.RealmID, id, rpm, TokenChannel)
 	if err != nil {
-		return rls.Interpret(err)
+		return err
+	}
+	if !found {
+		return appdor.Errorf(appdor.ENotFound, "token %s not found", id)
 	}
 	s.forgetToken(id)
 	return c.JSON(http.StatusOK, t)
@@ -140,17 +148,18 @@ func (s *Service) revokeTokenHTTP(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.pool.QueryRow(c.Request().Context(),
+	found := false
+	err = s.db.Query(c.Request().Context(), p.RealmID, scanOne(&found, nil),
 		`WITH t AS (
 		   UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
 		   WHERE realm_id = $1 AND id = $2 RETURNING id
 		 )
-		 SELECT pg_notify($3, id::text) FROM t`, p.RealmID, id, TokenChannel).Scan(nil)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return appdor.Errorf(appdor.ENotFound, "token %s not found", id)
-	}
+		 SELECT pg_notify($3, id::text) FROM t`, p.RealmID, id, TokenChannel)
 	if err != nil {
-		return rls.Interpret(err)
+		return err
+	}
+	if !found {
+		return appdor.Errorf(appdor.ENotFound, "token %s not found", id)
 	}
 	s.forgetToken(id)
 	return c.NoContent(http.StatusNoContent)

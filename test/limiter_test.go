@@ -286,7 +286,9 @@ func TestRefusalsTouchNoPostgres(t *testing.T) {
 	require.NoError(t, err)
 	seedPool.Close()
 
-	app := testenv.NewApp(t, func(c *server.Config) { c.DatabaseURL = url })
+	serverURL, err := testenv.AsServer(url)
+	require.NoError(t, err)
+	app := testenv.NewApp(t, func(c *server.Config) { c.DatabaseURL = serverURL })
 	for range 5 {
 		requireAllowed(t, app.Do(t, "GET", "/api/v1/apps", token, nil), 5)
 	}

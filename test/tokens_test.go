@@ -34,6 +34,17 @@ func (q *tokenQueries) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pg
 
 func (q *tokenQueries) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// A lookup travels in a batch with the settings that name what it may see.
+func (q *tokenQueries) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	for _, qq := range data.Batch.QueuedQueries {
+		q.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: qq.SQL})
+	}
+	return ctx
+}
+
+func (q *tokenQueries) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (q *tokenQueries) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
 // TestClientsOfOneTokenShareItsLookup: many requests with the same token
 // arriving together while its cached answer is missing (it expired, or the
 // server just started) send one lookup to PostgreSQL, not one each — those

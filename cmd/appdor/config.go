@@ -34,6 +34,7 @@ func (s setting) register(fs *pflag.FlagSet) {
 
 var (
 	sDatabaseURL = setting{"database-url", "APPDOR_DATABASE_URL", "postgres://localhost:5432/appdor?sslmode=disable", "PostgreSQL URL"}
+	sMigrateURL  = setting{"migrate-database-url", "APPDOR_MIGRATE_DATABASE_URL", "", "PostgreSQL URL of the role that owns the schema, for migrations and the admin commands; empty: the database URL's role"}
 	sRedisURL    = setting{"redis-url", "APPDOR_REDIS_URL", "redis://localhost:6379/0", "Redis URL"}
 	sListen      = setting{"listen", "APPDOR_LISTEN", ":8080", "address to serve HTTP on"}
 	sMaxConns    = setting{"db-max-conns", "APPDOR_DB_MAX_CONNS", "16", "PostgreSQL pool size"}
@@ -64,7 +65,7 @@ var (
 )
 
 // connSettings are the settings every command that touches the database has.
-var connSettings = []setting{sDatabaseURL, sRedisURL}
+var connSettings = []setting{sDatabaseURL, sMigrateURL, sRedisURL}
 
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
@@ -113,6 +114,7 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	if cfg.DatabaseURL == "" {
 		return cfg, configError(sDatabaseURL, "empty")
 	}
+	cfg.MigrateDatabaseURL = str(cmd, sMigrateURL)
 	if cfg.RedisURL == "" {
 		return cfg, configError(sRedisURL, "empty")
 	}
@@ -240,8 +242,11 @@ func explain(err error) error {
 	var ce *server.ConnectError
 	if errors.As(err, &ce) {
 		s := sDatabaseURL
-		if ce.Service == "redis" {
+		switch ce.Service {
+		case "redis":
 			s = sRedisURL
+		case "migration database":
+			s = sMigrateURL
 		}
 		return configError(s, "cannot reach %s at %s: %v", ce.Service, ce.URL, ce.Err)
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/appdor/appdor/test/testenv"
@@ -116,4 +118,54 @@ func TestBadFairnessSettingsNameTheVariable(t *testing.T) {
 			require.ErrorContains(t, err, c.env, "%s %s", c.flag, v)
 		}
 	}
+}
+
+// TestServeWarnsWhenRLSDoesNotBindTheServingRole: a superuser serving role
+// draws one WARN line that says what is wrong and what to set; the role the
+// tests serve as (no superuser, no BYPASSRLS, owns nothing) draws none.
+func TestServeWarnsWhenRLSDoesNotBindTheServingRole(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	warnServingRole(t.Context(), testenv.Pool(t), log, false) // the tests' admin role: a superuser
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 1, buf.String())
+	var line map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &line))
+	require.Equal(t, "WARN", line["level"])
+	require.Contains(t, line["msg"], "serving_role")
+	require.Contains(t, line["msg"], "is a superuser")
+	require.Contains(t, line["msg"], "APPDOR_MIGRATE_DATABASE_URL")
+	require.Equal(t, true, line["superuser"])
+
+	buf.Reset()
+	pool, err := pgxpool.New(t.Context(), testenv.ServerURL(t))
+	require.NoError(t, err)
+	defer pool.Close()
+	warnServingRole(t.Context(), pool, log, true)
+	require.Empty(t, buf.String())
+}
+
+// TestAdminCommandsRunAsTheOwner: with the two roles configured, the admin
+// commands use the migration URL's role (the owner); the serving role alone
+// may not create a realm.
+func TestAdminCommandsRunAsTheOwner(t *testing.T) {
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"realm", "create", "Refused", "--database-url", testenv.ServerURL(t)}, &out)
+	require.ErrorContains(t, err, "permission denied")
+
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"realm", "create", "Owned",
+		"--database-url", testenv.ServerURL(t), "--migrate-database-url", testenv.DatabaseURL(t)}, &out))
+	var realm map[string]any
+	require.NoError(t, json.Unmarshal(out.Bytes(), &realm))
+	require.Equal(t, "Owned", realm["name"])
+
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"migrate", "version",
+		"--database-url", testenv.ServerURL(t), "--migrate-database-url", testenv.DatabaseURL(t)}, &out))
+	require.Contains(t, out.String(), `"dirty":false`)
+
+	err = run(t.Context(), []string{"migrate", "version", "--migrate-database-url", "postgres://appdor:hunter22@127.0.0.1:1/appdor?connect_timeout=2"}, &out)
+	require.ErrorContains(t, err, "APPDOR_MIGRATE_DATABASE_URL")
+	require.NotContains(t, err.Error(), "hunter22")
 }

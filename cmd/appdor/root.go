@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/appdor/appdor/migrations"
+	"github.com/appdor/appdor/rls"
 	"github.com/appdor/appdor/server"
 	"github.com/appdor/appdor/tenancy"
 )
@@ -64,6 +65,7 @@ func serveCmd() *cobra.Command {
 				return explain(err)
 			}
 			defer app.Close()
+			warnServingRole(cmd.Context(), app.Pool(), log, cfg.MigrateDatabaseURL != "")
 			return app.Serve(cmd.Context())
 		},
 	}
@@ -73,13 +75,45 @@ func serveCmd() *cobra.Command {
 	return cmd
 }
 
+// warnServingRole logs one WARN line when the role Appdor serves as is not
+// bound by row-level security: a superuser, a role with BYPASSRLS, or the
+// tables' owner (who may ALTER them, and whose own policy sees every realm).
+// Then isolation between realms rests on the server's queries alone.
+func warnServingRole(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, ownerURLSet bool) {
+	st, err := rls.ServingRole(ctx, pool)
+	if err != nil {
+		log.Warn("serving_role: cannot tell whether row-level security binds the serving role", slog.String("error", err.Error()))
+		return
+	}
+	if st.Sound() {
+		return
+	}
+	fix := "serve as a login role that is a member of appdor_server and owns nothing (README, PostgreSQL roles)"
+	if !ownerURLSet {
+		fix += ", and migrate as the owner with " + sMigrateURL.env
+	}
+	log.Warn("serving_role: the database role "+st.Role+" "+strings.Join(st.Problems(), ", ")+
+		": row-level security does not bind it, and isolation between realms rests on queries alone; "+fix,
+		slog.String("role", st.Role), slog.Bool("superuser", st.Superuser), slog.Bool("bypassrls", st.BypassRLS),
+		slog.Int("owned_tables", len(st.Owns)))
+}
+
+// ownerURL is the URL of the schema's owner: the migration URL, or the
+// database URL when none is set. Migrations and admin commands use it.
+func ownerURL(cmd *cobra.Command) (string, setting) {
+	if u := str(cmd, sMigrateURL); u != "" {
+		return u, sMigrateURL
+	}
+	return str(cmd, sDatabaseURL), sDatabaseURL
+}
+
 func migrateCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "migrate", Short: "Apply, revert or show the schema's migrations"}
 	open := func(cmd *cobra.Command) (*migrations.Migrator, error) {
-		url := str(cmd, sDatabaseURL)
+		url, s := ownerURL(cmd)
 		m, err := migrations.Open(cmd.Context(), url)
 		if err != nil {
-			return nil, configError(sDatabaseURL, "cannot reach database at %s: %v", server.Redact(url), err)
+			return nil, configError(s, "cannot reach database at %s: %v", server.Redact(url), err)
 		}
 		return m, nil
 	}
@@ -118,15 +152,17 @@ func migrateCmd() *cobra.Command {
 	return cmd
 }
 
-// withTenancy opens a pool for one admin command.
+// withTenancy opens a pool for one admin command, as the schema's owner: the
+// serving role may not create realms, people or tokens, nor find a token in
+// any realm by its id.
 func withTenancy(cmd *cobra.Command, fn func(*tenancy.Service) error) error {
-	url := str(cmd, sDatabaseURL)
+	url, s := ownerURL(cmd)
 	pool, err := pgxpool.New(cmd.Context(), url)
 	if err == nil {
 		err = pool.Ping(cmd.Context())
 	}
 	if err != nil {
-		return configError(sDatabaseURL, "cannot reach database at %s: %v", server.Redact(url), err)
+		return configError(s, "cannot reach database at %s: %v", server.Redact(url), err)
 	}
 	defer pool.Close()
 	return fn(tenancy.New(pool))

@@ -31,10 +31,13 @@ type App struct {
 // Config is the configuration tests start Appdor with.
 func Config(t testing.TB) server.Config {
 	return server.Config{
-		Listen:      "127.0.0.1:0",
-		DatabaseURL: DatabaseURL(t),
+		Listen: "127.0.0.1:0",
+		// The server serves as a role bound by RLS that owns nothing, and
+		// checks the schema's version as that role: the template is
+		// migrated already.
+		DatabaseURL: ServerURL(t),
 		RedisURL:    RedisURL(t),
-		Migrate:     false, // the template is migrated already
+		Migrate:     false,
 		DBMaxConns:  16,
 		BodyLimit:   "10M",
 		Version:     "test",

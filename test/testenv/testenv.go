@@ -10,6 +10,11 @@
 // the migrated schema (one template per migration fingerprint), and drops it
 // when done. Tests inside a binary share that database and isolate themselves
 // by creating their own realms, which is the product's own isolation.
+//
+// The schema belongs to the role of APPDOR_TEST_DATABASE_URL (DatabaseURL,
+// Pool: what the tests seed and inspect with). The server runs as ServerRole
+// (ServerURL), a login role that is no superuser, cannot bypass RLS, owns
+// nothing and holds only appdor_server's grants, as in production.
 package testenv
 
 import (
@@ -97,15 +102,47 @@ func withDatabase(base, name string) (string, error) {
 	return u.String(), nil
 }
 
+// ServerRole is the login role tests serve as. Roles belong to the whole
+// cluster: it is made once, idempotently, and never dropped, since another
+// test binary may be using it. Its password matters only where the server
+// asks for one (testcontainers); it guards nothing but test databases.
+const ServerRole = "appdor_test_server"
+
+// ensureServerRole makes ServerRole, a member of appdor_server, unless it is
+// there. It runs under template's lock, so binaries do not race to make it.
+func ensureServerRole(ctx context.Context, admin *pgx.Conn) error {
+	_, err := admin.Exec(ctx, `DO $$
+		BEGIN
+			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '`+ServerRole+`') THEN
+				CREATE ROLE `+ServerRole+` LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE INHERIT
+					PASSWORD '`+ServerRole+`';
+			END IF;
+			IF NOT pg_has_role('`+ServerRole+`', 'appdor_server', 'MEMBER') THEN
+				GRANT appdor_server TO `+ServerRole+`;
+			END IF;
+		END
+		$$`)
+	if err != nil {
+		return fmt.Errorf("making the test server role %s: %w", ServerRole, err)
+	}
+	return nil
+}
+
 // template makes (once per fingerprint, across processes) a database holding
-// the migrated schema, and returns its name.
-func template(ctx context.Context, admin *pgx.Conn, base string) (string, error) {
-	name := "appdor_tpl_" + migrations.Fingerprint()
+// the migrated schema, and returns its name. It also makes ServerRole.
+func template(ctx context.Context, admin *pgx.Conn, base string) (name string, err error) {
+	name = "appdor_tpl_" + migrations.Fingerprint()
 	// Serialize template building and copying across parallel test binaries.
 	if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock(4242001)"); err != nil {
 		return "", err
 	}
 	defer admin.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(4242001)")
+	// The role needs appdor_server, which the migrations make.
+	defer func() {
+		if err == nil {
+			err = ensureServerRole(ctx, admin)
+		}
+	}()
 	var exists bool
 	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
 		return "", err
@@ -199,7 +236,29 @@ func DatabaseURL(t testing.TB) string {
 	return dbURL
 }
 
-// Pool is a pool on this binary's database, shared by its tests.
+// ServerURL is this binary's database as ServerRole: the URL the server
+// under test serves with.
+func ServerURL(t testing.TB) string {
+	t.Helper()
+	u, err := AsServer(DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// AsServer returns a database URL of CreateDatabase with ServerRole as its user.
+func AsServer(dbURL string) (string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", err
+	}
+	u.User = url.UserPassword(ServerRole, ServerRole)
+	return u.String(), nil
+}
+
+// Pool is a pool on this binary's database as the schema's owner (the role
+// of APPDOR_TEST_DATABASE_URL), shared by its tests to seed and inspect.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	u := DatabaseURL(t)
