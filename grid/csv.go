@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"mime"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -65,46 +63,20 @@ func csvValue(f *Field, raw json.RawMessage) string {
 	return s
 }
 
-// csvCell turns CSV text into a normalized cell value for f; "" is an empty
-// cell (nil).
+// csvCell turns CSV text into a normalized cell value for f, with the
+// field's own parser (parseText). "" is an empty cell (nil), and so is a
+// blank cell of a type whose values have no spaces.
 func csvCell(f *Field, s string) (any, error) {
 	if s == "" {
 		return nil, nil
 	}
-	var v any = s
 	switch f.Type {
-	case TypeNumber:
-		n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil || math.IsInf(n, 0) || math.IsNaN(n) {
-			return nil, fmt.Errorf("expected a number")
+	case TypeNumber, TypeCheckbox, TypeDate, TypeDatetime:
+		if strings.TrimSpace(s) == "" {
+			return nil, nil
 		}
-		v = n
-	case TypeCheckbox:
-		switch strings.ToLower(strings.TrimSpace(s)) {
-		case "true", "yes", "1", "x", "checked":
-			v = true
-		case "false", "no", "0", "":
-			v = false
-		default:
-			return nil, fmt.Errorf("expected true or false")
-		}
-	case TypeMultiSelect, TypeLink:
-		if strings.HasPrefix(strings.TrimSpace(s), "[") {
-			return f.normalize(json.RawMessage(s))
-		}
-		var list []string
-		for _, p := range strings.Split(s, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				list = append(list, p)
-			}
-		}
-		v = list
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("unreadable value")
-	}
-	return f.normalize(b)
+	return f.parseText(s)
 }
 
 // exportCSV streams the table as CSV, a header of field names then one line a
@@ -319,7 +291,7 @@ func csvColumns(t *Table, header []string) ([]*Field, error) {
 		}
 	}
 	if details != nil {
-		return nil, validationFailed("the CSV header names columns the table does not have; nothing was imported", details)
+		return nil, appdor.Invalid("the CSV header names columns the table does not have; nothing was imported", details...)
 	}
 	return cols, nil
 }

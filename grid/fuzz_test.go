@@ -131,7 +131,7 @@ func FuzzNormalize(f *testing.F) {
 	tb := fuzzTable()
 	for i, raw := range []string{`"hello"`, `1.005`, `1e308`, `true`, `"2026-02-28"`, `"2026-01-02T03:04:05+01:00"`,
 		`"a"`, `["a","a","ü"]`, `"a@b.example"`, `"https://x.example/"`, `["00000000-0000-7000-8000-000000000001"]`,
-		`null`, `{}`, `"\u0000"`, `-0`, `[1]`} {
+		`null`, `{}`, `"\u0000"`, `-0`, `[1]`, `["x"]`} {
 		f.Add(uint8(i), []byte(raw))
 	}
 	f.Fuzz(func(t *testing.T, which uint8, raw []byte) {
