@@ -150,12 +150,16 @@ type csvError struct {
 	Message string `json:"message"`
 }
 
-// csvImport is an import's answer.
+// csvImport is an import's answer, and the details of the error that
+// stopped one: Inserted counts the rows that landed either way.
 type csvImport struct {
 	Inserted        int        `json:"inserted"`
 	Failed          int        `json:"failed"`
 	Errors          []csvError `json:"errors"`
 	ErrorsTruncated bool       `json:"errors_truncated"`
+	// StoppedAtLine is the malformed line that stopped the import: the rows
+	// before it were imported (or are listed in Errors), none from it on.
+	StoppedAtLine int `json:"stopped_at_line,omitempty"`
 }
 
 func (r *csvImport) fail(e csvError) {
@@ -223,22 +227,29 @@ func (h *Handler) importCSV(c echo.Context) error {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := r.FieldPos(0)
+		var pe *csv.ParseError
+		if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
+			// The line was read whole; only its length is wrong.
+			res.fail(csvError{Line: pe.StartLine, Message: fmt.Sprintf("expected %d values, found %d", len(header), len(rec))})
+			continue
+		}
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
-				res.fail(csvError{Line: line, Message: fmt.Sprintf("expected %d values, found %d", len(header), len(rec))})
-				continue
-			}
+			// A malformed line (a bare or unclosed quote) or a failed read
+			// stops the import: past it, lines cannot be told apart. The
+			// valid rows before it are written, and the error says how many
+			// rows landed in all and where to resume.
 			if ferr := flush(); ferr != nil {
 				return partial(ferr, res)
 			}
 			if errors.As(err, &pe) {
-				res.fail(csvError{Line: pe.Line, Message: "the CSV is malformed here; the import stopped: " + pe.Err.Error()})
-				return c.JSON(http.StatusCreated, res)
+				res.fail(csvError{Line: pe.Line, Message: fmt.Sprintf("the CSV is malformed here (column %d): %v", pe.Column, pe.Err)})
+				res.StoppedAtLine = pe.Line
 			}
 			return partial(csvReadError(err), res)
 		}
+		// Only a record read whole has field positions: asking for one
+		// after a parse error panics.
+		line, _ := r.FieldPos(0)
 		cells := make(map[string]any, len(cols))
 		bad := false
 		for i, f := range cols {
@@ -303,7 +314,8 @@ func csvReadError(err error) error {
 	}
 	var pe *csv.ParseError
 	if errors.As(err, &pe) {
-		return appdor.Errorf(appdor.EInvalid, "the CSV is malformed at line %d: %v", pe.Line, pe.Err)
+		return &appdor.Error{Code: appdor.EValidation, Message: fmt.Sprintf("the CSV is malformed at line %d, column %d: %v", pe.Line, pe.Column, pe.Err),
+			Details: []csvError{{Line: pe.Line, Message: pe.Err.Error()}}}
 	}
 	if errors.Is(err, context.Canceled) {
 		return err

@@ -172,3 +172,79 @@ func TestCSVImportBodyLimit(t *testing.T) {
 	m := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+tb.ID+"/count", nil)
 	require.Equal(t, details["inserted"], m["count"], "the answer says what was written")
 }
+
+// csvErrorAnswer is an import's error answer.
+type csvErrorAnswer struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Details struct {
+			Inserted      int `json:"inserted"`
+			Failed        int `json:"failed"`
+			StoppedAtLine int `json:"stopped_at_line"`
+			Errors        []struct {
+				Line    int    `json:"line"`
+				Message string `json:"message"`
+			} `json:"errors"`
+		} `json:"details"`
+	} `json:"error"`
+}
+
+// TestCSVImportMalformedLine: a bare quote in the first column (which
+// encoding/csv reports before it has any field, so asking it for the first
+// field's position panicked: a 500) stops the import with 422, the line, and
+// how many rows landed, which is what the table holds.
+func TestCSVImportMalformedLine(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+
+	t.Run("the bare quote of the report", func(t *testing.T) {
+		tb := f.table("Small", field("Name", "text"), field("N", "number"))
+		res := doWithHeader(t, "POST", f.app.URL+"/api/v1/tables/"+tb.ID+"/csv", f.token, "Name,N\nok1,1\na\"b,3\n",
+			map[string]string{"Content-Type": "text/csv"})
+		require.Equal(t, http.StatusUnprocessableEntity, res.Status, string(res.Body))
+		var e csvErrorAnswer
+		res.JSON(t, &e)
+		require.Equal(t, "validation_failed", e.Error.Code)
+		require.Contains(t, e.Error.Message, "line 3")
+		require.Equal(t, 3, e.Error.Details.StoppedAtLine)
+		require.Equal(t, 1, e.Error.Details.Inserted)
+		require.Len(t, e.Error.Details.Errors, 1)
+		require.Equal(t, 3, e.Error.Details.Errors[0].Line)
+		m := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+tb.ID+"/count", nil)
+		require.EqualValues(t, 1, m["count"])
+	})
+
+	t.Run("after the first batch committed", func(t *testing.T) {
+		tb := f.table("Big", field("Name", "text"), field("N", "number"))
+		var b strings.Builder
+		b.WriteString("Name,N\n")
+		for i := range 1500 { // lines 2 to 1501; the first 1,000 rows commit as a batch
+			fmt.Fprintf(&b, "row %d,%d\n", i, i)
+		}
+		b.WriteString("bad,x\n")          // line 1502: a bad cell, reported and skipped
+		b.WriteString("bro\"ken,1\n")     // line 1503: malformed, the import stops
+		b.WriteString("never,1\nnor,2\n") // not read
+		res := doWithHeader(t, "POST", f.app.URL+"/api/v1/tables/"+tb.ID+"/csv", f.token, b.String(),
+			map[string]string{"Content-Type": "text/csv"})
+		require.Equal(t, http.StatusUnprocessableEntity, res.Status, string(res.Body))
+		var e csvErrorAnswer
+		res.JSON(t, &e)
+		require.Equal(t, "validation_failed", e.Error.Code)
+		require.Equal(t, 1503, e.Error.Details.StoppedAtLine)
+		require.Equal(t, 1500, e.Error.Details.Inserted, "the rows before the malformed line landed, and the answer says so")
+		require.Equal(t, 2, e.Error.Details.Failed)
+		require.Equal(t, 1502, e.Error.Details.Errors[0].Line)
+		require.Equal(t, 1503, e.Error.Details.Errors[1].Line)
+		require.Contains(t, e.Error.Message, "inserting 1500 rows")
+		m := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+tb.ID+"/count", nil)
+		require.EqualValues(t, e.Error.Details.Inserted, m["count"], "nothing acknowledged is lost, nothing unacknowledged landed")
+	})
+
+	t.Run("a malformed header", func(t *testing.T) {
+		tb := f.table("Header", field("Name", "text"))
+		status, res := f.csvIn(tb.ID, "Na\"me\nx\n")
+		require.Equal(t, http.StatusUnprocessableEntity, status, "%v", res)
+		require.Equal(t, "validation_failed", res["error"].(map[string]any)["code"])
+	})
+}
