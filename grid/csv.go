@@ -1,6 +1,7 @@
 package grid
 
 import (
+	"bufio"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -65,7 +68,8 @@ func csvValue(f *Field, raw json.RawMessage) string {
 
 // csvCell turns CSV text into a normalized cell value for f, with the
 // field's own parser (parseText). "" is an empty cell (nil), and so is a
-// blank cell of a type whose values have no spaces.
+// blank cell of a type whose values have no spaces. A text-like cell that the
+// export neutralized (neutralize) is read back as it was.
 func csvCell(f *Field, s string) (any, error) {
 	if s == "" {
 		return nil, nil
@@ -76,16 +80,114 @@ func csvCell(f *Field, s string) (any, error) {
 			return nil, nil
 		}
 	}
+	if f.Type != TypeNumber {
+		s = unneutralize(s)
+	}
 	return f.parseText(s)
 }
+
+// formulaTriggers are the first characters that make a spreadsheet read a
+// cell as a formula (OWASP, "CSV Injection"): = + - @, and the tab and
+// carriage return some spreadsheets skip before looking for one.
+const formulaTriggers = "=+-@\t\r"
+
+// formulaLike tells whether s, after any apostrophes it starts with, starts
+// with a formula trigger. Counting the apostrophes makes neutralize
+// reversible: a value that itself starts with an apostrophe and a trigger
+// gets one more apostrophe, which unneutralize takes off again.
+func formulaLike(s string) bool {
+	t := strings.TrimLeft(s, "'")
+	return t != "" && strings.IndexByte(formulaTriggers, t[0]) >= 0
+}
+
+// neutralize prefixes a formula-like cell with an apostrophe, which
+// spreadsheets take as "this is text" (OWASP's recommendation).
+func neutralize(s string) string {
+	if formulaLike(s) {
+		return "'" + s
+	}
+	return s
+}
+
+// unneutralize undoes neutralize.
+func unneutralize(s string) string {
+	if strings.HasPrefix(s, "'") && formulaLike(s) {
+		return s[1:]
+	}
+	return s
+}
+
+// csvWriter writes CSV records as encoding/csv does (RFC 4180, "\n" line
+// ends), and can also quote a field that does not need it, which
+// encoding/csv cannot.
+type csvWriter struct{ w *bufio.Writer }
+
+// write writes one record; the fields whose quote is true are quoted
+// whatever they hold.
+func (cw csvWriter) write(record []string, quote []bool) error {
+	for i, field := range record {
+		if i > 0 {
+			cw.w.WriteByte(',')
+		}
+		if !quote[i] && !csvNeedsQuotes(field) {
+			cw.w.WriteString(field)
+			continue
+		}
+		cw.w.WriteByte('"')
+		cw.w.WriteString(strings.ReplaceAll(field, `"`, `""`))
+		cw.w.WriteByte('"')
+	}
+	return cw.w.WriteByte('\n')
+}
+
+// csvNeedsQuotes is encoding/csv's rule: a field with a comma, a quote or a
+// line break, one that starts with a space, and \. (which some readers take
+// for an end of data) are quoted.
+func csvNeedsQuotes(field string) bool {
+	if field == "" {
+		return false
+	}
+	if field == `\.` || strings.ContainsAny(field, ",\"\r\n") {
+		return true
+	}
+	r, _ := utf8.DecodeRuneInString(field)
+	return unicode.IsSpace(r)
+}
+
+// Values of the formulas parameter of an export.
+const (
+	formulasEscape = "escape"
+	formulasRaw    = "raw"
+)
 
 // exportCSV streams the table as CSV, a header of field names then one line a
 // row, reading a page at a time by id: memory stays bounded whatever the
 // table's size, and each page is its own short read.
+//
+// By default (formulas=escape) the export is safe to open in a spreadsheet:
+// a cell a spreadsheet would run as a formula (=, +, -, @, tab or carriage
+// return first) is prefixed with an apostrophe, and every text cell is
+// quoted, so that no separator a spreadsheet might assume (a semicolon in
+// some locales) splits it into a cell that starts a formula. Number cells are
+// left as they are: a number field's negative values start with "-" and must
+// stay numbers, and a number cannot hold a formula. Every other type is text
+// to a spreadsheet; dates, checkboxes and links never start with a trigger,
+// so treating them as text changes nothing for them. The import takes the
+// apostrophe off again, so an export imports back to the same cells.
+// formulas=raw writes every cell exactly as stored, for programs that read
+// CSV as data.
 func (h *Handler) exportCSV(c echo.Context) error {
 	tableID, err := idParam(c, "table")
 	if err != nil {
 		return err
+	}
+	escape := true
+	switch c.QueryParam("formulas") {
+	case "", formulasEscape:
+	case formulasRaw:
+		escape = false
+	default:
+		return badRequest("formulas", "formulas is %s (the default) or %s", formulasEscape, formulasRaw)
 	}
 	t, err := h.loadTableForRead(c, tableID)
 	if err != nil {
@@ -96,17 +198,21 @@ func (h *Handler) exportCSV(c echo.Context) error {
 	res.Header().Set(echo.HeaderContentType, "text/csv; charset=utf-8")
 	res.Header().Set(echo.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": t.Name + ".csv"}))
 	res.WriteHeader(http.StatusOK)
-	w := csv.NewWriter(res)
+	w := csvWriter{bufio.NewWriter(res)}
 	record := make([]string, len(t.Fields))
-	for i, f := range t.Fields {
-		record[i] = f.Name
-	}
-	if err := w.Write(record); err != nil {
-		return err
-	}
+	quote := make([]bool, len(t.Fields))
+	text := make([]bool, len(t.Fields)) // the columns whose cells are neutralized and quoted
 	keys := make([]string, len(t.Fields))
 	for i, f := range t.Fields {
+		record[i], quote[i] = f.Name, escape // names are text
+		if escape {
+			record[i] = neutralize(f.Name)
+		}
+		text[i] = escape && f.Type != TypeNumber
 		keys[i] = f.ID.String()
+	}
+	if err := w.write(record, quote); err != nil {
+		return err
 	}
 	after := uuid.Nil
 	for {
@@ -123,8 +229,12 @@ func (h *Handler) exportCSV(c echo.Context) error {
 				}
 				for i := range t.Fields {
 					record[i] = csvValue(&t.Fields[i], m[keys[i]])
+					if text[i] {
+						record[i] = neutralize(record[i])
+					}
+					quote[i] = text[i] && record[i] != ""
 				}
-				return w.Write(record)
+				return w.write(record, quote)
 			})
 			return err
 		}, `SELECT id, cells FROM rows WHERE realm_id = $1 AND table_id = $2 AND id > $3 ORDER BY id LIMIT $4`,
@@ -132,8 +242,7 @@ func (h *Handler) exportCSV(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		w.Flush()
-		if err := w.Error(); err != nil {
+		if err := w.w.Flush(); err != nil {
 			return err
 		}
 		res.Flush()
@@ -290,7 +399,7 @@ func csvColumns(t *Table, header []string) ([]*Field, error) {
 		if i == 0 {
 			name = strings.TrimPrefix(name, "\ufeff")
 		}
-		f := lookupField(t, strings.TrimSpace(name))
+		f := lookupField(t, strings.TrimSpace(unneutralize(name)))
 		switch {
 		case f == nil:
 			details = append(details, Detail{Field: truncate(name), Message: "no field of this name in the table"})

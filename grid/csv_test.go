@@ -248,3 +248,75 @@ func TestCSVImportMalformedLine(t *testing.T) {
 		require.Equal(t, "validation_failed", res["error"].(map[string]any)["code"])
 	})
 }
+
+// formulaCells are values a spreadsheet would run as formulas, and one that
+// only looks like a neutralized one.
+var formulaCells = []string{"=1+2", "+SUM(A1)", "-2+3", "@cmd", "\tx", "'=already", "plain", "it's"}
+
+// TestCSVExportNeutralizesFormulas: by default a text cell that starts with
+// = + - @ tab or CR is exported with an apostrophe before it, and quoted;
+// numbers (negative ones too) stay numbers; the import reads the export back
+// to the same cells. formulas=raw writes the cells as they are.
+func TestCSVExportNeutralizesFormulas(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	src := f.table("Src", field("=Name", "text"), field("N", "number"), field("Notes", "long_text"),
+		field("Tier", "single_select", map[string]any{"choices": []string{"-low", "high"}}), field("Mail", "email"))
+	var rows []map[string]any
+	for _, s := range formulaCells {
+		rows = append(rows, map[string]any{"=Name": s, "N": -1.5, "Notes": "\r" + s, "Tier": "-low", "Mail": "-a@b.example"})
+	}
+	f.insert(src, rows)
+	raw := func(query string) string {
+		res := f.do("GET", "/api/v1/tables/"+src.ID+"/csv"+query, nil)
+		require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+		return string(res.Body)
+	}
+
+	escaped := raw("")
+	lines := strings.Split(strings.TrimSuffix(escaped, "\n"), "\n")
+	require.Equal(t, `"'=Name","N","Notes","Tier","Mail"`, lines[0], "names are text")
+	require.Contains(t, lines, `"'=1+2",-1.5,"'`+"\r"+`=1+2","'-low","'-a@b.example"`)
+	require.Contains(t, escaped, `"''=already"`)
+	require.Contains(t, escaped, `"plain"`)
+	require.NotContains(t, escaped, `"-1.5"`, "numbers are not quoted")
+	recs, err := csv.NewReader(strings.NewReader(escaped)).ReadAll()
+	require.NoError(t, err)
+	for _, rec := range recs[1:] {
+		for i, cell := range rec {
+			if i == 1 {
+				require.Equal(t, "-1.5", cell, "a negative number stays a number")
+				continue
+			}
+			require.False(t, strings.ContainsAny(cell[:1], "=+-@\t\r"), "cell %q starts a formula", cell)
+		}
+	}
+
+	// The escaped export imports back to the same cells.
+	dst := f.table("Dst", field("=Name", "text"), field("N", "number"), field("Notes", "long_text"),
+		field("Tier", "single_select", map[string]any{"choices": []string{"-low", "high"}}), field("Mail", "email"))
+	status, res := f.csvIn(dst.ID, escaped)
+	require.Equal(t, http.StatusCreated, status, "%v", res)
+	require.EqualValues(t, len(formulaCells), res["inserted"])
+	require.Equal(t, escaped, string(f.do("GET", "/api/v1/tables/"+dst.ID+"/csv", nil).Body))
+	got := map[string]bool{}
+	for _, r := range f.read("/api/v1/tables/" + dst.ID + "/rows").Rows {
+		got[r.Cells[dst.Fields["=Name"]].(string)] = true
+		require.Equal(t, -1.5, r.Cells[dst.Fields["N"]])
+		require.Equal(t, "-low", r.Cells[dst.Fields["Tier"]])
+	}
+	for _, s := range formulaCells {
+		require.True(t, got[s], "%q came back", s)
+	}
+
+	// formulas=raw: as stored, quoted only where CSV needs it.
+	plain := raw("?formulas=raw")
+	lines = strings.Split(strings.TrimSuffix(plain, "\n"), "\n")
+	require.Equal(t, `=Name,N,Notes,Tier,Mail`, lines[0])
+	require.Contains(t, lines, `=1+2,-1.5,"`+"\r"+`=1+2",-low,-a@b.example`)
+	require.Contains(t, plain, "\n'=already,")
+
+	r := f.do("GET", "/api/v1/tables/"+src.ID+"/csv?formulas=maybe", nil)
+	require.Equal(t, http.StatusBadRequest, r.Status)
+	require.Equal(t, "invalid_request", r.ErrorCode(t))
+}
