@@ -123,13 +123,15 @@ func unneutralize(s string) string {
 type csvWriter struct{ w *bufio.Writer }
 
 // write writes one record; the fields whose quote is true are quoted
-// whatever they hold.
+// whatever they hold. A record of one empty field is written as "", not as
+// the empty line readers skip (encoding/csv's writer loses such a row).
 func (cw csvWriter) write(record []string, quote []bool) error {
+	lone := len(record) == 1 && record[0] == ""
 	for i, field := range record {
 		if i > 0 {
 			cw.w.WriteByte(',')
 		}
-		if !quote[i] && !csvNeedsQuotes(field) {
+		if !quote[i] && !lone && !csvNeedsQuotes(field) {
 			cw.w.WriteString(field)
 			continue
 		}
