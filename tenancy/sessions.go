@@ -110,7 +110,7 @@ func dummyPasswordHash() []byte {
 func (s *Service) Login(ctx context.Context, email, password string) (Session, User, error) {
 	email = strings.TrimSpace(email)
 	if err := appdor.Email.Check("email", email); err != nil {
-		return Session{}, User{}, err // no account has such an address
+		return Session{}, User{}, err // before any query: PostgreSQL refuses NUL (22P05)
 	}
 	var (
 		u    User
