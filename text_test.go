@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -82,4 +83,31 @@ func TestDecodeJSON(t *testing.T) {
 	}
 	err := appdor.DecodeJSON(strings.NewReader(`{"name":"pa$$word"x`), &v)
 	require.NotContains(t, err.Error(), "'x'", "a syntax error does not quote the body")
+}
+
+// FuzzTextProblem: what a Text accepts is valid UTF-8, of its length in
+// characters, with no control character it does not allow.
+func FuzzTextProblem(f *testing.F) {
+	for _, s := range []string{"", "a", "Zoë", "a\x00", "a\tb\nc\r\n", "\xff", "\xed\xa0\x80", "\x1b[31m"} {
+		f.Add(s, true, true)
+	}
+	f.Fuzz(func(t *testing.T, s string, tabs, lines bool) {
+		rule := appdor.Text{Min: 1, Max: 20, Tabs: tabs, Lines: lines}
+		if rule.Problem(s) != "" {
+			return
+		}
+		require.True(t, utf8.ValidString(s))
+		n := utf8.RuneCountInString(s)
+		require.True(t, n >= 1 && n <= 20, "%d characters", n)
+		for _, r := range s {
+			switch {
+			case r == '\t':
+				require.True(t, tabs)
+			case r == '\n' || r == '\r':
+				require.True(t, lines)
+			default:
+				require.GreaterOrEqual(t, r, rune(0x20))
+			}
+		}
+	})
 }
