@@ -434,14 +434,15 @@ func csvReadError(err error) error {
 	return appdor.Errorf(appdor.EInvalid, "reading the CSV: %v", err)
 }
 
-// partial adds what an import had done to the error that stopped it.
+// partial adds what an import had done to the error that stopped it, coded
+// or not: the rows of committed batches stay, and the answer says how many.
 func partial(err error, res *csvImport) error {
 	var ae *appdor.Error
 	if errors.As(err, &ae) {
 		return &appdor.Error{Code: ae.Code, Message: ae.Message + fmt.Sprintf(" (the import stopped after inserting %d rows)", res.Inserted),
 			Details: res, RetryAfter: ae.RetryAfter}
 	}
-	return err
+	return appdor.WithDetails(err, res)
 }
 
 // importBatch writes one batch in its own transaction once the Gate admits
