@@ -55,6 +55,34 @@ func ErrorCode(err error) string {
 	return EInternal
 }
 
+// WithDetails attaches details a client may see to an error that is not
+// coded (an internal one): the server still logs err and answers "internal
+// error", and sends the details along — what a long operation, such as a
+// CSV import, had done for good before it failed.
+func WithDetails(err error, details any) error {
+	if err == nil {
+		return nil
+	}
+	return &detailedError{err: err, details: details}
+}
+
+type detailedError struct {
+	err     error
+	details any
+}
+
+func (e *detailedError) Error() string { return e.err.Error() }
+func (e *detailedError) Unwrap() error { return e.err }
+
+// DetailsOf returns the details WithDetails attached to err, or nil.
+func DetailsOf(err error) any {
+	var d *detailedError
+	if errors.As(err, &d) {
+		return d.details
+	}
+	return nil
+}
+
 // RetryAfterSeconds renders d for the Retry-After header: whole seconds,
 // rounded up, never 0. Every refusal's Retry-After goes through it.
 func RetryAfterSeconds(d time.Duration) string {

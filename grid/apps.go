@@ -2,9 +2,7 @@ package grid
 
 import (
 	"net/http"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -20,14 +18,6 @@ type App struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-func checkName(what, name string) (string, error) {
-	name = strings.TrimSpace(name)
-	if name == "" || utf8.RuneCountInString(name) > 200 {
-		return "", appdor.Errorf(appdor.EValidation, "a %s name has 1 to 200 characters", what)
-	}
-	return name, nil
-}
-
 func (h *Handler) createApp(c echo.Context) error {
 	var in struct {
 		Name string `json:"name"`
@@ -35,7 +25,7 @@ func (h *Handler) createApp(c echo.Context) error {
 	if err := decode(c, &in); err != nil {
 		return err
 	}
-	name, err := checkName("app", in.Name)
+	name, err := appdor.CheckName("name", in.Name)
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,18 @@
 package grid
 
 import (
+	"bufio"
 	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"mime"
 	"net/http"
-	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -65,55 +66,130 @@ func csvValue(f *Field, raw json.RawMessage) string {
 	return s
 }
 
-// csvCell turns CSV text into a normalized cell value for f; "" is an empty
-// cell (nil).
+// csvCell turns CSV text into a normalized cell value for f, with the
+// field's own parser (parseText). "" is an empty cell (nil), and so is a
+// blank cell of a type whose values have no spaces. A text-like cell that the
+// export neutralized (neutralize) is read back as it was.
 func csvCell(f *Field, s string) (any, error) {
 	if s == "" {
 		return nil, nil
 	}
-	var v any = s
 	switch f.Type {
-	case TypeNumber:
-		n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil || math.IsInf(n, 0) || math.IsNaN(n) {
-			return nil, fmt.Errorf("expected a number")
+	case TypeNumber, TypeCheckbox, TypeDate, TypeDatetime:
+		if strings.TrimSpace(s) == "" {
+			return nil, nil
 		}
-		v = n
-	case TypeCheckbox:
-		switch strings.ToLower(strings.TrimSpace(s)) {
-		case "true", "yes", "1", "x", "checked":
-			v = true
-		case "false", "no", "0", "":
-			v = false
-		default:
-			return nil, fmt.Errorf("expected true or false")
-		}
-	case TypeMultiSelect, TypeLink:
-		if strings.HasPrefix(strings.TrimSpace(s), "[") {
-			return f.normalize(json.RawMessage(s))
-		}
-		var list []string
-		for _, p := range strings.Split(s, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				list = append(list, p)
-			}
-		}
-		v = list
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("unreadable value")
+	if f.Type != TypeNumber {
+		s = unneutralize(s)
 	}
-	return f.normalize(b)
+	return f.parseText(s)
 }
+
+// formulaTriggers are the first characters that make a spreadsheet read a
+// cell as a formula (OWASP, "CSV Injection"): = + - @, and the tab and
+// carriage return some spreadsheets skip before looking for one.
+const formulaTriggers = "=+-@\t\r"
+
+// formulaLike tells whether s, after any apostrophes it starts with, starts
+// with a formula trigger. Counting the apostrophes makes neutralize
+// reversible: a value that itself starts with an apostrophe and a trigger
+// gets one more apostrophe, which unneutralize takes off again.
+func formulaLike(s string) bool {
+	t := strings.TrimLeft(s, "'")
+	return t != "" && strings.IndexByte(formulaTriggers, t[0]) >= 0
+}
+
+// neutralize prefixes a formula-like cell with an apostrophe, which
+// spreadsheets take as "this is text" (OWASP's recommendation).
+func neutralize(s string) string {
+	if formulaLike(s) {
+		return "'" + s
+	}
+	return s
+}
+
+// unneutralize undoes neutralize.
+func unneutralize(s string) string {
+	if strings.HasPrefix(s, "'") && formulaLike(s) {
+		return s[1:]
+	}
+	return s
+}
+
+// csvWriter writes CSV records as encoding/csv does (RFC 4180, "\n" line
+// ends), and can also quote a field that does not need it, which
+// encoding/csv cannot.
+type csvWriter struct{ w *bufio.Writer }
+
+// write writes one record; the fields whose quote is true are quoted
+// whatever they hold. A record of one empty field is written as "", not as
+// the empty line readers skip (encoding/csv's writer loses such a row).
+func (cw csvWriter) write(record []string, quote []bool) error {
+	lone := len(record) == 1 && record[0] == ""
+	for i, field := range record {
+		if i > 0 {
+			cw.w.WriteByte(',')
+		}
+		if !quote[i] && !lone && !csvNeedsQuotes(field) {
+			cw.w.WriteString(field)
+			continue
+		}
+		cw.w.WriteByte('"')
+		cw.w.WriteString(strings.ReplaceAll(field, `"`, `""`))
+		cw.w.WriteByte('"')
+	}
+	return cw.w.WriteByte('\n')
+}
+
+// csvNeedsQuotes is encoding/csv's rule: a field with a comma, a quote or a
+// line break, one that starts with a space, and \. (which some readers take
+// for an end of data) are quoted.
+func csvNeedsQuotes(field string) bool {
+	if field == "" {
+		return false
+	}
+	if field == `\.` || strings.ContainsAny(field, ",\"\r\n") {
+		return true
+	}
+	r, _ := utf8.DecodeRuneInString(field)
+	return unicode.IsSpace(r)
+}
+
+// Values of the formulas parameter of an export.
+const (
+	formulasEscape = "escape"
+	formulasRaw    = "raw"
+)
 
 // exportCSV streams the table as CSV, a header of field names then one line a
 // row, reading a page at a time by id: memory stays bounded whatever the
 // table's size, and each page is its own short read.
+//
+// By default (formulas=escape) the export is safe to open in a spreadsheet:
+// a cell a spreadsheet would run as a formula (=, +, -, @, tab or carriage
+// return first) is prefixed with an apostrophe, and every text cell is
+// quoted, so that no separator a spreadsheet might assume (a semicolon in
+// some locales) splits it into a cell that starts a formula. Number cells are
+// left as they are: a number field's negative values start with "-" and must
+// stay numbers, and a number cannot hold a formula. Every other type is text
+// to a spreadsheet; dates, checkboxes and links never start with a trigger,
+// so treating them as text changes nothing for them. The import takes the
+// apostrophe off again, so an export imports back to the same cells.
+// formulas=raw writes every cell exactly as stored, for programs that read
+// CSV as data.
 func (h *Handler) exportCSV(c echo.Context) error {
 	tableID, err := idParam(c, "table")
 	if err != nil {
 		return err
+	}
+	escape := true
+	switch c.QueryParam("formulas") {
+	case "", formulasEscape:
+	case formulasRaw:
+		escape = false
+	default:
+		return badRequest("formulas", "formulas is %s (the default) or %s", formulasEscape, formulasRaw)
 	}
 	t, err := h.loadTableForRead(c, tableID)
 	if err != nil {
@@ -124,17 +200,21 @@ func (h *Handler) exportCSV(c echo.Context) error {
 	res.Header().Set(echo.HeaderContentType, "text/csv; charset=utf-8")
 	res.Header().Set(echo.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": t.Name + ".csv"}))
 	res.WriteHeader(http.StatusOK)
-	w := csv.NewWriter(res)
+	w := csvWriter{bufio.NewWriter(res)}
 	record := make([]string, len(t.Fields))
-	for i, f := range t.Fields {
-		record[i] = f.Name
-	}
-	if err := w.Write(record); err != nil {
-		return err
-	}
+	quote := make([]bool, len(t.Fields))
+	text := make([]bool, len(t.Fields)) // the columns whose cells are neutralized and quoted
 	keys := make([]string, len(t.Fields))
 	for i, f := range t.Fields {
+		record[i], quote[i] = f.Name, escape // names are text
+		if escape {
+			record[i] = neutralize(f.Name)
+		}
+		text[i] = escape && f.Type != TypeNumber
 		keys[i] = f.ID.String()
+	}
+	if err := w.write(record, quote); err != nil {
+		return err
 	}
 	after := uuid.Nil
 	for {
@@ -151,8 +231,12 @@ func (h *Handler) exportCSV(c echo.Context) error {
 				}
 				for i := range t.Fields {
 					record[i] = csvValue(&t.Fields[i], m[keys[i]])
+					if text[i] {
+						record[i] = neutralize(record[i])
+					}
+					quote[i] = text[i] && record[i] != ""
 				}
-				return w.Write(record)
+				return w.write(record, quote)
 			})
 			return err
 		}, `SELECT id, cells FROM rows WHERE realm_id = $1 AND table_id = $2 AND id > $3 ORDER BY id LIMIT $4`,
@@ -160,8 +244,7 @@ func (h *Handler) exportCSV(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		w.Flush()
-		if err := w.Error(); err != nil {
+		if err := w.w.Flush(); err != nil {
 			return err
 		}
 		res.Flush()
@@ -178,12 +261,16 @@ type csvError struct {
 	Message string `json:"message"`
 }
 
-// csvImport is an import's answer.
+// csvImport is an import's answer, and the details of the error that
+// stopped one: Inserted counts the rows that landed either way.
 type csvImport struct {
 	Inserted        int        `json:"inserted"`
 	Failed          int        `json:"failed"`
 	Errors          []csvError `json:"errors"`
 	ErrorsTruncated bool       `json:"errors_truncated"`
+	// StoppedAtLine is the malformed line that stopped the import: the rows
+	// before it were imported (or are listed in Errors), none from it on.
+	StoppedAtLine int `json:"stopped_at_line,omitempty"`
 }
 
 func (r *csvImport) fail(e csvError) {
@@ -251,22 +338,29 @@ func (h *Handler) importCSV(c echo.Context) error {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := r.FieldPos(0)
+		var pe *csv.ParseError
+		if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
+			// The line was read whole; only its length is wrong.
+			res.fail(csvError{Line: pe.StartLine, Message: fmt.Sprintf("expected %d values, found %d", len(header), len(rec))})
+			continue
+		}
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
-				res.fail(csvError{Line: line, Message: fmt.Sprintf("expected %d values, found %d", len(header), len(rec))})
-				continue
-			}
+			// A malformed line (a bare or unclosed quote) or a failed read
+			// stops the import: past it, lines cannot be told apart. The
+			// valid rows before it are written, and the error says how many
+			// rows landed in all and where to resume.
 			if ferr := flush(); ferr != nil {
 				return partial(ferr, res)
 			}
 			if errors.As(err, &pe) {
-				res.fail(csvError{Line: pe.Line, Message: "the CSV is malformed here; the import stopped: " + pe.Err.Error()})
-				return c.JSON(http.StatusCreated, res)
+				res.fail(csvError{Line: pe.Line, Message: fmt.Sprintf("the CSV is malformed here (column %d): %v", pe.Column, pe.Err)})
+				res.StoppedAtLine = pe.Line
 			}
 			return partial(csvReadError(err), res)
 		}
+		// Only a record read whole has field positions: asking for one
+		// after a parse error panics.
+		line, _ := r.FieldPos(0)
 		cells := make(map[string]any, len(cols))
 		bad := false
 		for i, f := range cols {
@@ -307,7 +401,7 @@ func csvColumns(t *Table, header []string) ([]*Field, error) {
 		if i == 0 {
 			name = strings.TrimPrefix(name, "\ufeff")
 		}
-		f := lookupField(t, strings.TrimSpace(name))
+		f := lookupField(t, strings.TrimSpace(unneutralize(name)))
 		switch {
 		case f == nil:
 			details = append(details, Detail{Field: truncate(name), Message: "no field of this name in the table"})
@@ -319,7 +413,7 @@ func csvColumns(t *Table, header []string) ([]*Field, error) {
 		}
 	}
 	if details != nil {
-		return nil, validationFailed("the CSV header names columns the table does not have; nothing was imported", details)
+		return nil, appdor.Invalid("the CSV header names columns the table does not have; nothing was imported", details...)
 	}
 	return cols, nil
 }
@@ -331,7 +425,8 @@ func csvReadError(err error) error {
 	}
 	var pe *csv.ParseError
 	if errors.As(err, &pe) {
-		return appdor.Errorf(appdor.EInvalid, "the CSV is malformed at line %d: %v", pe.Line, pe.Err)
+		return &appdor.Error{Code: appdor.EValidation, Message: fmt.Sprintf("the CSV is malformed at line %d, column %d: %v", pe.Line, pe.Column, pe.Err),
+			Details: []csvError{{Line: pe.Line, Message: pe.Err.Error()}}}
 	}
 	if errors.Is(err, context.Canceled) {
 		return err
@@ -339,14 +434,15 @@ func csvReadError(err error) error {
 	return appdor.Errorf(appdor.EInvalid, "reading the CSV: %v", err)
 }
 
-// partial adds what an import had done to the error that stopped it.
+// partial adds what an import had done to the error that stopped it, coded
+// or not: the rows of committed batches stay, and the answer says how many.
 func partial(err error, res *csvImport) error {
 	var ae *appdor.Error
 	if errors.As(err, &ae) {
 		return &appdor.Error{Code: ae.Code, Message: ae.Message + fmt.Sprintf(" (the import stopped after inserting %d rows)", res.Inserted),
 			Details: res, RetryAfter: ae.RetryAfter}
 	}
-	return err
+	return appdor.WithDetails(err, res)
 }
 
 // importBatch writes one batch in its own transaction once the Gate admits

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -55,6 +54,7 @@ const (
 	maxFields      = 500
 	maxPrecision   = 10
 	maxLinks       = 1000
+	maxURLLen      = 2048
 )
 
 // Field is a typed column of a table.
@@ -76,79 +76,89 @@ type FieldOptions struct {
 	Table *uuid.UUID `json:"table,omitempty"`
 }
 
-// checkField validates a field definition and returns a message when it is wrong.
-func checkField(name string, t FieldType, o FieldOptions) string {
-	name = strings.TrimSpace(name)
-	if name == "" || utf8.RuneCountInString(name) > 200 {
-		return "a field name has 1 to 200 characters"
+// checkField validates a field definition. When it is wrong, it returns which
+// member of the definition is ("name", "options.choices[3]") and what is
+// wrong with it.
+func checkField(name string, t FieldType, o FieldOptions) (member, msg string) {
+	if p := appdor.Name.Problem(strings.TrimSpace(name)); p != "" {
+		return "name", p
 	}
 	if !fieldTypes[t] {
-		return fmt.Sprintf("unknown field type %q", t)
+		return "type", fmt.Sprintf("unknown field type %q", t)
 	}
 	switch t {
 	case TypeSingleSelect, TypeMultiSelect:
 		if len(o.Choices) == 0 || len(o.Choices) > maxChoices {
-			return fmt.Sprintf("a %s field needs 1 to %d choices", t, maxChoices)
+			return "options.choices", fmt.Sprintf("a %s field needs 1 to %d choices", t, maxChoices)
 		}
 		seen := map[string]bool{}
-		for _, c := range o.Choices {
-			if strings.TrimSpace(c) == "" || utf8.RuneCountInString(c) > 200 {
-				return "a choice has 1 to 200 characters"
+		for i, c := range o.Choices {
+			member := fmt.Sprintf("options.choices[%d]", i)
+			if p := appdor.Name.Problem(c); p != "" {
+				return member, p
+			}
+			if strings.TrimSpace(c) == "" {
+				return member, "must not be blank"
 			}
 			if seen[c] {
-				return fmt.Sprintf("choice %q is listed twice", c)
+				return member, fmt.Sprintf("choice %q is listed twice", c)
 			}
 			seen[c] = true
 		}
 	default:
 		if len(o.Choices) > 0 {
-			return fmt.Sprintf("a %s field takes no choices", t)
+			return "options.choices", fmt.Sprintf("a %s field takes no choices", t)
 		}
 	}
 	if t == TypeLink && (o.Table == nil || *o.Table == uuid.Nil) {
-		return "a link field needs options.table, the id of a table of the same app"
+		return "options.table", "a link field needs options.table, the id of a table of the same app"
 	}
 	if t != TypeLink && o.Table != nil {
-		return fmt.Sprintf("a %s field takes no table", t)
+		return "options.table", fmt.Sprintf("a %s field takes no table", t)
 	}
 	if o.Precision != nil {
 		if t != TypeNumber {
-			return fmt.Sprintf("a %s field takes no precision", t)
+			return "options.precision", fmt.Sprintf("a %s field takes no precision", t)
 		}
 		if *o.Precision < 0 || *o.Precision > maxPrecision {
-			return fmt.Sprintf("precision is 0 to %d", maxPrecision)
+			return "options.precision", fmt.Sprintf("precision is 0 to %d", maxPrecision)
 		}
 	}
-	return ""
+	return "", ""
+}
+
+// fieldInvalid is the error of a wrong field definition.
+func fieldInvalid(member, msg string) error {
+	return appdor.Invalid(member+" "+msg, appdor.Detail{Field: member, Message: msg})
+}
+
+// textRule is what a cell of a text-holding type may hold. Only long_text
+// spans lines; text and long_text may hold tabs (pasted from a spreadsheet).
+func textRule(t FieldType) appdor.Text {
+	switch t {
+	case TypeLongText:
+		return appdor.Text{Max: maxLongTextLen, Tabs: true, Lines: true}
+	case TypeEmail:
+		return appdor.Email
+	case TypeURL:
+		return appdor.Text{Max: maxURLLen}
+	}
+	return appdor.Text{Max: maxTextLen, Tabs: true}
 }
 
 var jsonNull = []byte("null")
 
-// normalize checks one cell value against its field and returns the value to
-// store (numbers rounded to their precision, datetimes in UTC). A JSON null
-// clears the cell and is returned as nil.
+// normalize checks one cell value, as JSON, against its field and returns
+// the value to store (numbers rounded to their precision, datetimes in UTC).
+// A JSON null clears the cell and is returned as nil. JSON is strict about
+// kinds: a number is a JSON number, a checkbox a JSON boolean, a list a JSON
+// array; every other type is a JSON string, read by parseText.
 func (f *Field) normalize(raw json.RawMessage) (any, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, jsonNull) {
 		return nil, nil
 	}
 	switch f.Type {
-	case TypeText, TypeLongText:
-		s, err := asString(raw)
-		if err != nil {
-			return nil, err
-		}
-		limit := maxTextLen
-		if f.Type == TypeLongText {
-			limit = maxLongTextLen
-		}
-		if f.Type == TypeText && strings.ContainsAny(s, "\r\n") {
-			return nil, fmt.Errorf("text is one line; use a long_text field for several")
-		}
-		if utf8.RuneCountInString(s) > limit {
-			return nil, fmt.Errorf("text is longer than %d characters", limit)
-		}
-		return s, nil
 	case TypeNumber:
 		var n json.Number
 		dec := json.NewDecoder(bytes.NewReader(raw))
@@ -156,113 +166,139 @@ func (f *Field) normalize(raw json.RawMessage) (any, error) {
 		if err := dec.Decode(&n); err != nil {
 			return nil, fmt.Errorf("expected a number")
 		}
-		v, err := strconv.ParseFloat(n.String(), 64)
-		if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
-			return nil, fmt.Errorf("expected a finite number")
+		v, err := parseNumber(n.String())
+		if err != nil {
+			return nil, err
 		}
-		if f.Options.Precision != nil {
-			p := math.Pow10(*f.Options.Precision)
-			// Past 2^53 a float has no decimals to round, and v*p may overflow.
-			if r := math.Round(v*p) / p; !math.IsInf(r, 0) && !math.IsNaN(r) {
-				v = r
-			}
-		}
-		return v, nil
+		return f.round(v), nil
 	case TypeCheckbox:
 		var b bool
 		if err := json.Unmarshal(raw, &b); err != nil {
 			return nil, fmt.Errorf("expected true or false")
 		}
 		return b, nil
+	case TypeMultiSelect, TypeLink:
+		var ss []string
+		if err := json.Unmarshal(raw, &ss); err != nil {
+			if f.Type == TypeLink {
+				return nil, fmt.Errorf("expected a list of row ids")
+			}
+			return nil, fmt.Errorf("expected a list of choices")
+		}
+		return f.list(ss)
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("expected a string")
+	}
+	return f.parseText(s)
+}
+
+// parseText reads a cell from its text form: a JSON string, a CSV cell, for
+// any type. It is the one cell parser of each type; normalize and the CSV
+// import both end here.
+func (f *Field) parseText(s string) (any, error) {
+	switch f.Type {
+	case TypeText, TypeLongText:
+		if f.Type == TypeText && strings.ContainsAny(s, "\r\n") {
+			return nil, fmt.Errorf("text is one line; use a long_text field for several")
+		}
+		if p := textRule(f.Type).Problem(s); p != "" {
+			return nil, fmt.Errorf("text %s", p)
+		}
+		return s, nil
+	case TypeNumber:
+		v, err := parseNumber(s)
+		if err != nil {
+			return nil, err
+		}
+		return f.round(v), nil
+	case TypeCheckbox:
+		return parseCheckbox(s)
 	case TypeDate:
-		s, err := asString(raw)
-		if err != nil {
-			return nil, err
-		}
-		d, err := time.Parse(time.DateOnly, s)
-		if err != nil {
-			return nil, fmt.Errorf("expected a date as YYYY-MM-DD")
-		}
-		return d.Format(time.DateOnly), nil
+		return parseDate(s)
 	case TypeDatetime:
-		s, err := asString(raw)
+		t, err := parseDatetime(s)
 		if err != nil {
 			return nil, err
 		}
-		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return nil, fmt.Errorf("expected a date and time as RFC 3339, such as 2026-01-02T15:04:05Z")
-		}
-		return t.UTC().Format(time.RFC3339Nano), nil
+		return t.Format(time.RFC3339Nano), nil
 	case TypeSingleSelect:
-		s, err := asString(raw)
-		if err != nil {
-			return nil, err
-		}
 		if !f.hasChoice(s) {
 			return nil, fmt.Errorf("%q is not one of the choices", s)
 		}
 		return s, nil
-	case TypeMultiSelect:
-		var ss []string
-		if err := json.Unmarshal(raw, &ss); err != nil {
-			return nil, fmt.Errorf("expected a list of choices")
+	case TypeMultiSelect, TypeLink:
+		// A JSON list keeps choices that hold commas whole; otherwise the
+		// items are separated by commas.
+		if strings.HasPrefix(strings.TrimSpace(s), "[") {
+			return f.normalize(json.RawMessage(s))
 		}
-		seen := map[string]bool{}
-		out := make([]string, 0, len(ss))
-		for _, s := range ss {
-			if !f.hasChoice(s) {
-				return nil, fmt.Errorf("%q is not one of the choices", s)
-			}
-			if !seen[s] {
-				seen[s] = true
-				out = append(out, s)
+		var list []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				list = append(list, p)
 			}
 		}
-		return out, nil
+		return f.list(list)
 	case TypeEmail:
-		s, err := asString(raw)
-		if err != nil {
-			return nil, err
+		if p := textRule(f.Type).Problem(s); p != "" {
+			return nil, fmt.Errorf("an email address %s", p)
 		}
 		a, err := mail.ParseAddress(s)
-		if err != nil || a.Address != s || len(s) > 320 {
+		if err != nil || a.Address != s {
 			return nil, fmt.Errorf("%q is not an email address", s)
 		}
 		return s, nil
 	case TypeURL:
-		s, err := asString(raw)
-		if err != nil {
-			return nil, err
+		if p := textRule(f.Type).Problem(s); p != "" {
+			return nil, fmt.Errorf("an address %s", p)
 		}
 		u, err := url.Parse(s)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(s) > 2048 {
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("%q is not an http or https address", s)
 		}
 		return s, nil
-	case TypeLink:
-		var ss []string
-		if err := json.Unmarshal(raw, &ss); err != nil {
-			return nil, fmt.Errorf("expected a list of row ids")
+	}
+	return nil, fmt.Errorf("field type %q holds no values", f.Type)
+}
+
+// round keeps the decimals a number field's precision allows.
+func (f *Field) round(v float64) float64 {
+	if f.Options.Precision != nil {
+		p := math.Pow10(*f.Options.Precision)
+		// Past 2^53 a float has no decimals to round, and v*p may overflow.
+		if r := math.Round(v*p) / p; !math.IsInf(r, 0) && !math.IsNaN(r) {
+			v = r
 		}
-		if len(ss) > maxLinks {
-			return nil, fmt.Errorf("a link holds at most %d rows", maxLinks)
-		}
-		seen := make(map[uuid.UUID]bool, len(ss))
-		out := make([]string, 0, len(ss))
-		for _, s := range ss {
+	}
+	return v
+}
+
+// list checks the items of a multi_select (each one of the choices) or a
+// link (each a row id) and drops repeats, keeping the first.
+func (f *Field) list(ss []string) (any, error) {
+	if f.Type == TypeLink && len(ss) > maxLinks {
+		return nil, fmt.Errorf("a link holds at most %d rows", maxLinks)
+	}
+	seen := make(map[string]bool, len(ss))
+	out := make([]string, 0, len(ss))
+	for _, s := range ss {
+		if f.Type == TypeLink {
 			id, err := uuid.Parse(s)
 			if err != nil || len(s) != 36 {
 				return nil, fmt.Errorf("%q is not a row id", s)
 			}
-			if !seen[id] {
-				seen[id] = true
-				out = append(out, id.String())
-			}
+			s = id.String()
+		} else if !f.hasChoice(s) {
+			return nil, fmt.Errorf("%q is not one of the choices", s)
 		}
-		return out, nil
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
 	}
-	return nil, fmt.Errorf("field type %q holds no values", f.Type)
+	return out, nil
 }
 
 func (f *Field) hasChoice(s string) bool {
@@ -274,12 +310,41 @@ func (f *Field) hasChoice(s string) bool {
 	return false
 }
 
-func asString(raw json.RawMessage) (string, error) {
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", fmt.Errorf("expected a string")
+// The parsers of the text forms of numbers, checkboxes, dates and datetimes,
+// shared by cells (parseText) and filter values (filterValue).
+
+func parseNumber(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, fmt.Errorf("expected a finite number")
 	}
-	return s, nil
+	return v, nil
+}
+
+func parseCheckbox(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "true", "t", "yes", "y", "1", "x", "checked":
+		return true, nil
+	case "false", "f", "no", "n", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("expected true or false")
+}
+
+func parseDate(s string) (string, error) {
+	d, err := time.Parse(time.DateOnly, s)
+	if err != nil {
+		return "", fmt.Errorf("expected a date as YYYY-MM-DD")
+	}
+	return d.Format(time.DateOnly), nil
+}
+
+func parseDatetime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("expected a date and time as RFC 3339, such as 2026-01-02T15:04:05Z")
+	}
+	return t.UTC(), nil
 }
 
 // fieldPatch is what PATCH /tables/{table}/fields/{field} may change. A
@@ -335,8 +400,8 @@ func checkLinkTarget(ctx context.Context, tx pgx.Tx, realm, appID uuid.UUID, o F
 		return err
 	}
 	if !ok {
-		return validationFailed("the link's table is not a table of this app",
-			[]Detail{{Field: "options.table", Message: "no such table in this app"}})
+		return appdor.Invalid("the link's table is not a table of this app",
+			appdor.Detail{Field: "options.table", Message: "no such table in this app"})
 	}
 	return nil
 }
@@ -353,8 +418,8 @@ func (h *Handler) createField(c echo.Context) error {
 	if err := decode(c, &in); err != nil {
 		return err
 	}
-	if msg := checkField(in.Name, in.Type, in.Options); msg != "" {
-		return validationFailed(msg, []Detail{{Message: msg}})
+	if member, msg := checkField(in.Name, in.Type, in.Options); msg != "" {
+		return fieldInvalid(member, msg)
 	}
 	ctx, realm := c.Request().Context(), realmOf(c)
 	var out *Field
@@ -421,21 +486,21 @@ func (h *Handler) updateField(c echo.Context) error {
 		}
 		out = *f
 		if in.Type != nil && *in.Type != f.Type {
-			return validationFailed("a field's type cannot change; add a new field instead",
-				[]Detail{{Field: "type", Message: "a field's type cannot change"}})
+			return appdor.Invalid("a field's type cannot change; add a new field instead",
+				appdor.Detail{Field: "type", Message: "a field's type cannot change"})
 		}
 		if in.Name != nil {
 			out.Name = strings.TrimSpace(*in.Name)
 		}
 		if in.Options != nil {
 			if f.Type == TypeLink && (in.Options.Table == nil || *in.Options.Table != *f.Options.Table) {
-				return validationFailed("a link's table cannot change; add a new field instead",
-					[]Detail{{Field: "options.table", Message: "a link's table cannot change"}})
+				return appdor.Invalid("a link's table cannot change; add a new field instead",
+					appdor.Detail{Field: "options.table", Message: "a link's table cannot change"})
 			}
 			out.Options = *in.Options
 		}
-		if msg := checkField(out.Name, out.Type, out.Options); msg != "" {
-			return validationFailed(msg, []Detail{{Message: msg}})
+		if member, msg := checkField(out.Name, out.Type, out.Options); msg != "" {
+			return fieldInvalid(member, msg)
 		}
 		opts, _ := json.Marshal(out.Options)
 		if _, err := tx.Exec(ctx,

@@ -9,10 +9,6 @@ package grid
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"io"
-	"net/http"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -93,25 +89,5 @@ func idParam(c echo.Context, name string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// decode reads a JSON body into v, refusing unknown fields and trailing data.
-func decode(c echo.Context, v any) error { return decodeFrom(c.Request().Body, v) }
-
-// decodeFrom is decode for a body already read, or any reader.
-func decodeFrom(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return appdor.Errorf(appdor.ETooLarge, "the request body is larger than %d bytes", mbe.Limit)
-		}
-		if errors.Is(err, io.EOF) {
-			return appdor.Errorf(appdor.EInvalid, "the request body is empty; expected JSON")
-		}
-		return appdor.Errorf(appdor.EInvalid, "the request body is not valid JSON: %v", err)
-	}
-	if dec.More() {
-		return appdor.Errorf(appdor.EInvalid, "the request body has data after its JSON value")
-	}
-	return nil
-}
+// decode reads a JSON body into v (appdor.DecodeJSON).
+func decode(c echo.Context, v any) error { return appdor.DecodeJSON(c.Request().Body, v) }

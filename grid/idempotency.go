@@ -18,6 +18,10 @@ import (
 // safe to retry.
 const IdempotencyHeader = "Idempotency-Key"
 
+// idempotencyKey is what an Idempotency-Key may be (the column holds 1 to
+// 255 characters).
+var idempotencyKey = appdor.Text{Min: 1, Max: 255}
+
 // readBody reads the whole request body (the server's body limit bounds it)
 // so that it can be both hashed and decoded.
 func readBody(c echo.Context) ([]byte, error) {
@@ -57,8 +61,9 @@ func (h *Handler) writeOnce(c echo.Context, body []byte, status int, write func(
 		}
 		return c.JSON(status, out)
 	}
-	if len(key) > 255 {
-		return appdor.Errorf(appdor.EInvalid, "an %s has 1 to 255 characters", IdempotencyHeader)
+	if p := idempotencyKey.Problem(key); p != "" {
+		return &appdor.Error{Code: appdor.EInvalid, Message: IdempotencyHeader + " " + p,
+			Details: []appdor.Detail{{Field: IdempotencyHeader, Message: p}}}
 	}
 	route := c.Request().Method + " " + c.Request().URL.Path
 	sum := sha256.Sum256(body)

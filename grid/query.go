@@ -4,13 +4,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -190,42 +188,33 @@ func parseFilter(t *Table, s string) (filter, error) {
 	return f, nil
 }
 
-// filterValue parses a filter value as the field's type would hold it.
+// filterValue parses a filter value as the field's type would hold it, with
+// the cells' own parsers; a datetime filter also takes a bare date
+// (midnight UTC). Other values are text as a cell may hold it, up to a text
+// cell's length (filterText).
 func filterValue(t FieldType, s string) (any, error) {
 	switch t {
 	case TypeNumber:
-		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
-			return nil, fmt.Errorf("expected a finite number")
-		}
-		return v, nil
+		return parseNumber(s)
 	case TypeCheckbox:
-		v, err := strconv.ParseBool(s)
-		if err != nil {
-			return nil, fmt.Errorf("expected true or false")
-		}
-		return v, nil
+		return parseCheckbox(s)
 	case TypeDate:
-		d, err := time.Parse(time.DateOnly, s)
-		if err != nil {
-			return nil, fmt.Errorf("expected a date as YYYY-MM-DD")
-		}
-		return d.Format(time.DateOnly), nil
+		return parseDate(s)
 	case TypeDatetime:
 		if d, err := time.Parse(time.DateOnly, s); err == nil {
 			return d, nil
 		}
-		v, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return nil, fmt.Errorf("expected a date and time as RFC 3339")
-		}
-		return v.UTC(), nil
+		return parseDatetime(s)
 	}
-	if utf8.RuneCountInString(s) > maxTextLen || !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
-		return nil, fmt.Errorf("expected text of at most %d characters", maxTextLen)
+	if p := filterText.Problem(s); p != "" {
+		return nil, fmt.Errorf("the value %s", p)
 	}
 	return s, nil
 }
+
+// filterText is what a filter value on a text-like or list field, and a
+// cursor's text value, may hold.
+var filterText = appdor.Text{Max: maxTextLen, Tabs: true, Lines: true}
 
 func truncate(s string) string {
 	if len(s) > 64 {
@@ -297,7 +286,7 @@ func cursorValues(k cursor, keys []sortKey) ([]any, error) {
 		default:
 			var v string
 			err = json.Unmarshal(raw, &v)
-			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			if filterText.Problem(v) != "" {
 				err = errCursor()
 			}
 			out[i] = v
@@ -478,6 +467,9 @@ func buildCount(realm, tableID uuid.UUID, p *readPlan) (string, []any) {
 		") FROM tables t WHERE t.realm_id = $1 AND t.id = $2", b.args
 }
 
+// queryText is what a search (q=) may hold.
+var queryText = appdor.Text{Max: maxQueryLen, Tabs: true}
+
 // readParams are a read's query parameters before the table is known.
 type readParams struct {
 	sort    string
@@ -492,8 +484,8 @@ func parseReadParams(c echo.Context, withCursor bool) (readParams, error) {
 	if len(p.filters) > maxFilters {
 		return p, badRequest("filter", "at most %d filters", maxFilters)
 	}
-	if utf8.RuneCountInString(p.q) > maxQueryLen || !utf8.ValidString(p.q) || strings.ContainsRune(p.q, 0) {
-		return p, badRequest("q", "q is text of at most %d characters", maxQueryLen)
+	if msg := queryText.Problem(p.q); msg != "" {
+		return p, badRequest("q", "q %s", msg)
 	}
 	if s := qp.Get("cursor"); withCursor && s != "" {
 		k, err := parseCursor(s)

@@ -89,7 +89,7 @@ func readJSON(c echo.Context, v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return body, decodeFrom(bytes.NewReader(body), v)
+	return body, appdor.DecodeJSON(bytes.NewReader(body), v)
 }
 
 func tooLarge(n int) error {
@@ -116,7 +116,7 @@ func validateBatch(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, in
 		details = d
 	}
 	if details != nil {
-		return nil, validationFailed("some cells are invalid; nothing was written", details)
+		return nil, appdor.Invalid("some cells are invalid; nothing was written", details...)
 	}
 	out := make([][]byte, len(norm))
 	for i, m := range norm {
@@ -226,7 +226,7 @@ func (h *Handler) updateRows(c echo.Context) error {
 		seen[r.ID] = true
 	}
 	if details != nil {
-		return validationFailed("some rows are invalid; nothing was written", details)
+		return appdor.Invalid("some rows are invalid; nothing was written", details...)
 	}
 	realm := realmOf(c)
 	return h.writeOnce(c, body, http.StatusOK, func(ctx context.Context, tx pgx.Tx) (any, error) {

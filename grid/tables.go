@@ -40,15 +40,7 @@ type FieldInput struct {
 }
 
 // Detail points at one wrong part of a request.
-type Detail struct {
-	Row     *int   `json:"row,omitempty"`
-	Field   string `json:"field,omitempty"`
-	Message string `json:"message"`
-}
-
-func validationFailed(msg string, details []Detail) error {
-	return &appdor.Error{Code: appdor.EValidation, Message: msg, Details: details}
-}
+type Detail = appdor.Detail
 
 // The query that loads a table with its fields; a table with no fields comes
 // back as one row whose field columns are NULL, and an invisible table as none.
@@ -107,14 +99,14 @@ func checkFields(in []FieldInput) []Detail {
 	var details []Detail
 	seen := map[string]bool{}
 	for i, f := range in {
-		msg := checkField(f.Name, f.Type, f.Options)
+		member, msg := checkField(f.Name, f.Type, f.Options)
 		key := strings.ToLower(strings.TrimSpace(f.Name))
 		if msg == "" && seen[key] {
-			msg = "another field has this name"
+			member, msg = "name", "another field has this name"
 		}
 		seen[key] = true
 		if msg != "" {
-			details = append(details, Detail{Row: &i, Message: msg})
+			details = append(details, Detail{Row: &i, Field: member, Message: msg})
 		}
 	}
 	return details
@@ -132,7 +124,7 @@ func (h *Handler) createTable(c echo.Context) error {
 	if err := decode(c, &in); err != nil {
 		return err
 	}
-	name, err := checkName("table", in.Name)
+	name, err := appdor.CheckName("name", in.Name)
 	if err != nil {
 		return err
 	}
@@ -140,7 +132,7 @@ func (h *Handler) createTable(c echo.Context) error {
 		return appdor.Errorf(appdor.EValidation, "a table has at most %d fields", maxFields)
 	}
 	if d := checkFields(in.Fields); d != nil {
-		return validationFailed("some fields are invalid", d)
+		return appdor.Invalid("some fields are invalid", d...)
 	}
 	ctx, realm := c.Request().Context(), realmOf(c)
 	var t *Table

@@ -225,6 +225,10 @@ func Interpret(err error) error {
 			return appdor.Errorf(appdor.ENotFound, "a referenced object was not found")
 		case "23514", "22P02", "22003", "22007", "22008": // check, text representation, range, datetime
 			return appdor.Errorf(appdor.EValidation, "invalid value")
+		case "22P05", "22021", "22001", "22026": // untranslatable character (NUL), not UTF-8, too long
+			// appdor.Text keeps such text out before it reaches SQL; this
+			// is the backstop, so a miss is a 422 and not a 500.
+			return appdor.Errorf(appdor.EValidation, "the text holds characters the database cannot store (such as NUL or invalid UTF-8), or is too long")
 		case "57014": // query_canceled: statement_timeout
 			return &appdor.Error{Code: appdor.EUnavailable, Message: "the query took too long", RetryAfter: time.Second}
 		case "40001", "40P01": // serialization failure, deadlock

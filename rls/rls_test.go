@@ -141,3 +141,25 @@ func TestNoRealmIsRefused(t *testing.T) {
 	require.Error(t, db.Query(t.Context(), uuid.Nil, func(pgx.Rows) error { return nil }, `SELECT 1`))
 	require.Error(t, db.Tx(t.Context(), uuid.Nil, func(pgx.Tx) error { return nil }))
 }
+
+// TestTextPostgreSQLCannotStoreIsValidation: text that reaches PostgreSQL
+// with NUL (22P05 in jsonb, 22021 in text) or bytes that are not UTF-8
+// (22021) — which the checks in Go are there to stop first — is a
+// validation error, not an internal one.
+func TestTextPostgreSQLCannotStoreIsValidation(t *testing.T) {
+	t.Parallel()
+	db := rls.New(testenv.Pool(t), 0, 0)
+	for _, c := range []struct{ name, sql, arg string }{
+		{"NUL in jsonb", `SELECT $1::jsonb`, `{"a":"\u0000"}`},
+		{"NUL in text", `SELECT $1::text`, "a\x00b"},
+		{"not UTF-8", `SELECT convert_from('\xff'::bytea, 'UTF8') || $1::text`, "x"},
+	} {
+		err := db.Query(t.Context(), uuid.New(), func(rows pgx.Rows) error {
+			for rows.Next() {
+			}
+			return rows.Err()
+		}, c.sql, c.arg)
+		require.Error(t, err, c.name)
+		require.Equal(t, appdor.EValidation, appdor.ErrorCode(err), "%s: %v", c.name, err)
+	}
+}

@@ -96,6 +96,7 @@ func (a *App) errorHandler(err error, c echo.Context) {
 			slog.String("method", c.Request().Method), slog.String("route", c.Path()),
 			slog.String("error", err.Error()))
 		ae = appdor.Errorf(appdor.EInternal, "internal error (request %s)", requestID(c))
+		ae.Details = appdor.DetailsOf(err)
 	}
 	if ae.Code == appdor.EUnavailable {
 		a.logUnavailable(c, ae)

@@ -1,9 +1,6 @@
 package tenancy
 
 import (
-	"encoding/json"
-	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -156,17 +153,8 @@ func (p *People) login(c echo.Context) error {
 	if ct := c.Request().Header.Get(echo.HeaderContentType); !strings.HasPrefix(strings.ToLower(ct), echo.MIMEApplicationJSON) {
 		return appdor.Errorf(appdor.EInvalid, "send {\"email\",\"password\"} with Content-Type: application/json")
 	}
-	dec := json.NewDecoder(c.Request().Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			return appdor.Errorf(appdor.ETooLarge, "the request body is too large")
-		case errors.Is(err, io.EOF):
-			return appdor.Errorf(appdor.EInvalid, "the request body is empty; expected {\"email\",\"password\"}")
-		}
-		return appdor.Errorf(appdor.EInvalid, "the request body is not valid JSON; expected {\"email\",\"password\"}")
+	if err := appdor.DecodeJSON(c.Request().Body, &in); err != nil {
+		return err
 	}
 	release, err := p.acquire(c)
 	if err != nil {

@@ -109,6 +109,9 @@ func dummyPasswordHash() []byte {
 // wrong password give the same error after the same work.
 func (s *Service) Login(ctx context.Context, email, password string) (Session, User, error) {
 	email = strings.TrimSpace(email)
+	if err := appdor.Email.Check("email", email); err != nil {
+		return Session{}, User{}, err // before any query: PostgreSQL refuses NUL (22P05)
+	}
 	var (
 		u    User
 		hash string

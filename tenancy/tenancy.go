@@ -174,12 +174,12 @@ func (s *Service) lookupExec(ctx context.Context, keys rls.Keys, sql string, arg
 
 // CreateRealm makes a realm.
 func (s *Service) CreateRealm(ctx context.Context, name string) (Realm, error) {
-	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 200 {
-		return Realm{}, appdor.Errorf(appdor.EValidation, "a realm name has 1 to 200 characters")
+	name, err := appdor.CheckName("name", name)
+	if err != nil {
+		return Realm{}, err
 	}
 	r := Realm{Name: name}
-	err := s.pool.QueryRow(ctx,
+	err = s.pool.QueryRow(ctx,
 		`INSERT INTO realms (name) VALUES ($1) RETURNING id, created_at`, name).Scan(&r.ID, &r.CreatedAt)
 	return r, rls.Interpret(err)
 }
@@ -189,7 +189,10 @@ func (s *Service) CreateRealm(ctx context.Context, name string) (Realm, error) {
 // membership and must give the same password.
 func (s *Service) CreateUser(ctx context.Context, realm uuid.UUID, email, password string, role Role) (Member, error) {
 	email = strings.TrimSpace(email)
-	if !strings.Contains(email, "@") || len(email) < 3 || len(email) > 320 {
+	if err := appdor.Email.Check("email", email); err != nil {
+		return Member{}, err
+	}
+	if !strings.Contains(email, "@") || len(email) < 3 {
 		return Member{}, appdor.Errorf(appdor.EValidation, "%q is not an email address", email)
 	}
 	if len(password) < 8 || len(password) > 72 {
@@ -268,16 +271,16 @@ type DBTX interface {
 }
 
 func (s *Service) createToken(ctx context.Context, db DBTX, realm, user uuid.UUID, name string, rpm *int) (Token, string, error) {
-	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 200 {
-		return Token{}, "", appdor.Errorf(appdor.EValidation, "a token name has 1 to 200 characters")
+	name, err := appdor.CheckName("name", name)
+	if err != nil {
+		return Token{}, "", err
 	}
 	if rpm != nil && *rpm <= 0 {
 		return Token{}, "", appdor.Errorf(appdor.EValidation, "requests_per_minute must be a positive number")
 	}
 	secret, hash := newSecret()
 	t := Token{RealmID: realm, UserID: user, Name: name, RequestsPerMinute: rpm}
-	err := db.QueryRow(ctx,
+	err = db.QueryRow(ctx,
 		`WITH t AS (
 		   INSERT INTO api_tokens (realm_id, user_id, name, hash) VALUES ($1, $2, $3, $4)
 		   RETURNING id, created_at

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 
 	"github.com/google/uuid"
@@ -43,7 +42,7 @@ func (s *Service) createTokenHTTP(c echo.Context) error {
 		Name              string `json:"name"`
 		RequestsPerMinute *int   `json:"requests_per_minute"`
 	}
-	if err := decodeBody(c, &in); err != nil {
+	if err := appdor.DecodeJSON(c.Request().Body, &in); err != nil {
 		return err
 	}
 	if err := checkRPM(in.RequestsPerMinute); err != nil {
@@ -98,7 +97,7 @@ func (s *Service) setTokenLimit(c echo.Context) error {
 		return err
 	}
 	var in map[string]json.RawMessage
-	if err := decodeBody(c, &in); err != nil {
+	if err := appdor.DecodeJSON(c.Request().Body, &in); err != nil {
 		return err
 	}
 	raw, ok := in["requests_per_minute"]
@@ -180,25 +179,4 @@ func tokenIDParam(c echo.Context) (uuid.UUID, error) {
 		return uuid.Nil, appdor.Errorf(appdor.ENotFound, "token %q not found", c.Param("id"))
 	}
 	return id, nil
-}
-
-// decodeBody reads one JSON value into v, refusing unknown fields and
-// trailing data.
-func decodeBody(c echo.Context, v any) error {
-	dec := json.NewDecoder(c.Request().Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			return appdor.Errorf(appdor.ETooLarge, "the request body is larger than %d bytes", mbe.Limit)
-		case errors.Is(err, io.EOF):
-			return appdor.Errorf(appdor.EInvalid, "the request body is empty; expected JSON")
-		}
-		return appdor.Errorf(appdor.EInvalid, "the request body is not valid JSON: %v", err)
-	}
-	if dec.More() {
-		return appdor.Errorf(appdor.EInvalid, "the request body has data after its JSON value")
-	}
-	return nil
 }

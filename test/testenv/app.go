@@ -175,6 +175,24 @@ func (r Response) ErrorCode(t testing.TB) string {
 	return e.Error.Code
 }
 
+// DetailFields are the fields an error response's details name, in order.
+func (r Response) DetailFields(t testing.TB) []string {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Details []struct {
+				Field string `json:"field"`
+			} `json:"details"`
+		} `json:"error"`
+	}
+	r.JSON(t, &e)
+	var out []string
+	for _, d := range e.Error.Details {
+		out = append(out, d.Field)
+	}
+	return out
+}
+
 // Do sends a request with token as bearer (none when empty) and body as JSON
 // (none when nil; a []byte or string is sent as is).
 func (a *App) Do(t testing.TB, method, path, token string, body any) Response {
