@@ -3,7 +3,6 @@ package tenancy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 
 	"github.com/google/uuid"
