@@ -167,7 +167,7 @@ func TestRateLimitBurstThenSteady(t *testing.T) {
 			// Allowed by the limiter, then refused by the next gate (the
 			// fairness controller's in-flight cap): charged all the same.
 			require.Equal(t, http.StatusTooManyRequests, res.Status, string(res.Body))
-			require.Equal(t, "60", res.Header.Get("RateLimit-Limit"))
+			require.Equal(t, "60", res.Header.Get("RateLimit-Limit"), "a refusal after the limiter carries its headers: %s", res.Body)
 			allowed++
 		}
 	}
