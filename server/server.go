@@ -66,8 +66,11 @@ type Config struct {
 	// limiter.DefaultUnauthenticatedBurst (or twice a rate that is set).
 	UnauthenticatedBurst int
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client
-	// address; none: the client is the direct peer.
+	// address, and whose X-Forwarded-Proto names the scheme; none: the client
+	// is the direct peer, the scheme the connection's.
 	TrustedProxies []*net.IPNet
+	// HSTS sets Strict-Transport-Security on responses sent over HTTPS.
+	HSTS bool
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -251,9 +254,10 @@ func (a *App) routes() {
 	e.HidePort = true
 	e.HTTPErrorHandler = a.errorHandler
 	e.IPExtractor = a.ipExtractor()
+	e.SchemeExtractor = a.schemeExtractor()
 	a.echo = e
 
-	e.Use(middleware.RequestID())
+	e.Use(requestIDs())
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		DisableStackAll:   true,
 		DisablePrintStack: true,
@@ -265,6 +269,7 @@ func (a *App) routes() {
 	}))
 	e.Use(a.observe)
 	e.Use(a.accessLog)
+	e.Use(a.secureHeaders())
 	// The CSV import streams its body and bounds it itself (grid.OwnsBodyLimit).
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: a.cfg.BodyLimit, Skipper: grid.OwnsBodyLimit}))
 

@@ -60,7 +60,9 @@ var (
 	// Before authentication: lookups of tokens and sessions the server does not know.
 	sUnauthRate     = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
 	sUnauthBurst    = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
-	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client; empty: the client is the direct peer"}
+	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client and X-Forwarded-Proto the scheme; empty: the client is the direct peer, the scheme the connection's"}
+
+	sHSTS = setting{"hsts", "APPDOR_HSTS", "off", "send Strict-Transport-Security (max-age one year) on HTTPS responses; on only when the site is served over HTTPS for good"}
 )
 
 // connSettings are the settings every command that touches the database has.
@@ -69,7 +71,7 @@ var connSettings = []setting{sDatabaseURL, sRedisURL}
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
 	sFairness, sFairSeats, sFairBgSeats, sFairQueue, sFairWait, sFairRetryAfter,
-	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sTrustedProxies}
+	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sTrustedProxies, sHSTS}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -152,6 +154,9 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	}
 	cfg.CSVBodyLimit = csvLimit
 	if err := unauthenticatedConfig(cmd, &cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.HSTS, err = boolean(cmd, sHSTS); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
