@@ -37,6 +37,9 @@ func (a *App) startLimiter(ctx context.Context) {
 
 		UnauthenticatedPerSecond: max(perSecond, 0),
 		UnauthenticatedBurst:     burst,
+
+		LoginAddressPerMinute: orDefault(a.cfg.LoginAddressPerMinute, limiter.DefaultLoginAddressPerMinute),
+		LoginAccountPerMinute: orDefault(a.cfg.LoginAccountPerMinute, limiter.DefaultLoginAccountPerMinute),
 	})
 	a.log.Info("limiter=on", slog.String("flag", "limiter"), slog.Int("realm_requests_per_minute", a.limiter.RealmLimit()))
 }

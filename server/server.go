@@ -65,6 +65,11 @@ type Config struct {
 	// UnauthenticatedBurst is how many of those may come at once; 0 for
 	// limiter.DefaultUnauthenticatedBurst (or twice a rate that is set).
 	UnauthenticatedBurst int
+	// LoginAddressPerMinute and LoginAccountPerMinute are the ceilings on
+	// sign-in attempts per client address and per account; 0 for
+	// limiter.DefaultLoginAddressPerMinute and DefaultLoginAccountPerMinute,
+	// negative for none (off).
+	LoginAddressPerMinute, LoginAccountPerMinute int
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client
 	// address, and whose X-Forwarded-Proto names the scheme; none: the client
 	// is the direct peer, the scheme the connection's.
@@ -285,7 +290,7 @@ func (a *App) routes() {
 	api.Use(a.admit()) // the last gate: keep it after every other middleware of api
 	v1.GET("/openapi.json", openAPIDocument)
 	tenancy.NewPeople(a.tenancy, tenancy.PeopleConfig{
-		LoginConcurrency: a.cfg.LoginConcurrency, Log: a.log, Registerer: a.metrics,
+		LoginConcurrency: a.cfg.LoginConcurrency, Screen: a.loginScreen(), Log: a.log, Registerer: a.metrics,
 	}).Routes(v1)
 
 	gh := grid.New(a.db)

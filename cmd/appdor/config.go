@@ -60,6 +60,10 @@ var (
 	// Before authentication: lookups of tokens and sessions the server does not know.
 	sUnauthRate     = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
 	sUnauthBurst    = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
+	// Sign-in attempts, before the password is checked.
+	sLoginAddress = setting{"login-address-attempts-per-minute", "APPDOR_LOGIN_ADDRESS_ATTEMPTS_PER_MINUTE", "30", "sign-in attempts one client address may make a minute, all at once or spread (429 rate_limited beyond, before any password check); 0 turns this off"}
+	sLoginAccount = setting{"login-account-attempts-per-minute", "APPDOR_LOGIN_ACCOUNT_ATTEMPTS_PER_MINUTE", "10", "sign-in attempts on one account (email) a minute, from any addresses (429 rate_limited beyond, before any password check); 0 turns this off"}
+
 	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client and X-Forwarded-Proto the scheme; empty: the client is the direct peer, the scheme the connection's"}
 
 	sHSTS = setting{"hsts", "APPDOR_HSTS", "off", "send Strict-Transport-Security (max-age one year) on HTTPS responses; on only when the site is served over HTTPS for good"}
@@ -71,7 +75,7 @@ var connSettings = []setting{sDatabaseURL, sRedisURL}
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
 	sFairness, sFairSeats, sFairBgSeats, sFairQueue, sFairWait, sFairRetryAfter,
-	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sTrustedProxies, sHSTS}
+	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sLoginAddress, sLoginAccount, sTrustedProxies, sHSTS}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -162,8 +166,10 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	return cfg, nil
 }
 
-// unauthenticatedConfig reads the limit on lookups of unknown credentials per
-// client address, and the proxies trusted to name the client.
+// unauthenticatedConfig reads the limits on what a client may cause before it
+// is authenticated — lookups of unknown credentials per client address,
+// sign-in attempts per address and per account — and the proxies trusted to
+// name the client.
 func unauthenticatedConfig(cmd *cobra.Command, cfg *server.Config) error {
 	rate, err := strconv.Atoi(str(cmd, sUnauthRate))
 	if err != nil || rate < 0 || rate > 100_000 {
@@ -176,6 +182,22 @@ func unauthenticatedConfig(cmd *cobra.Command, cfg *server.Config) error {
 	cfg.UnauthenticatedPerSecond, cfg.UnauthenticatedBurst = rate, burst
 	if rate == 0 {
 		cfg.UnauthenticatedPerSecond = -1 // the server's zero is the default
+	}
+	perMinute := func(s setting) (int, error) {
+		n, err := strconv.Atoi(str(cmd, s))
+		if err != nil || n < 0 || n > 100_000 {
+			return 0, configError(s, "%q is not a number from 0 (off) to 100000", str(cmd, s))
+		}
+		if n == 0 {
+			n = -1 // the server's zero is the default
+		}
+		return n, nil
+	}
+	if cfg.LoginAddressPerMinute, err = perMinute(sLoginAddress); err != nil {
+		return err
+	}
+	if cfg.LoginAccountPerMinute, err = perMinute(sLoginAccount); err != nil {
+		return err
 	}
 	for _, f := range strings.Split(str(cmd, sTrustedProxies), ",") {
 		if f = strings.TrimSpace(f); f == "" {
