@@ -58,13 +58,13 @@ var (
 	sLoginConcurrency = setting{"login-concurrency", "APPDOR_LOGIN_CONCURRENCY", "0", "sign-in password checks at once; a sign-in that finds none free within 500ms is refused (429); 0 is half the cores"}
 
 	// Before authentication: lookups of tokens and sessions the server does not know.
-	sUnauthRate  = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
-	sUnauthBurst = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
+	sUnauthRate     = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
+	sUnauthBurst    = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
+	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client and X-Forwarded-Proto the scheme; empty: the client is the direct peer, the scheme the connection's"}
+
 	// Sign-in attempts, before the password is checked.
 	sLoginAddress = setting{"login-address-attempts-per-minute", "APPDOR_LOGIN_ADDRESS_ATTEMPTS_PER_MINUTE", "30", "sign-in attempts one client address may make a minute, all at once or spread (429 rate_limited beyond, before any password check); 0 turns this off"}
 	sLoginAccount = setting{"login-account-attempts-per-minute", "APPDOR_LOGIN_ACCOUNT_ATTEMPTS_PER_MINUTE", "10", "sign-in attempts on one account (email) a minute, from any addresses (429 rate_limited beyond, before any password check); 0 turns this off"}
-
-	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client and X-Forwarded-Proto the scheme; empty: the client is the direct peer, the scheme the connection's"}
 
 	sHSTS = setting{"hsts", "APPDOR_HSTS", "off", "send Strict-Transport-Security (max-age one year) on HTTPS responses; on only when the site is served over HTTPS for good"}
 )
