@@ -32,7 +32,7 @@ func (a *App) startLimiter(ctx context.Context) {
 		Client:     a.redis,
 		DB:         a.db,
 		Log:        a.log,
-		Registerer: a.metrics,
+		Registerer: a.realmRegistry(),
 		RealmLimit: a.cfg.RealmRequestsPerMinute,
 
 		UnauthenticatedPerSecond: max(perSecond, 0),

@@ -22,7 +22,6 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/rueidis"
 
 	"github.com/appdor/appdor/fairness"
@@ -76,6 +75,14 @@ type Config struct {
 	TrustedProxies []*net.IPNet
 	// HSTS sets Strict-Transport-Security on responses sent over HTTPS.
 	HSTS bool
+	// MetricsListen, when set, is the address /metrics is served on, and
+	// the main listener's /metrics answers 404; MetricsToken, when set, is
+	// the bearer token /metrics asks for. With neither, /metrics on the
+	// main listener answers loopback clients only.
+	MetricsListen, MetricsToken string
+	// MetricsRealmIdle is how long a realm sends no request before its
+	// series leave /metrics; 0 for DefaultMetricsRealmIdle.
+	MetricsRealmIdle time.Duration
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -118,6 +125,8 @@ type App struct {
 
 	fair        *fairness.Controller
 	httpMetrics *httpMetrics
+	realms      *realmSeries    // forgets the series of realms gone quiet
+	routePaths  map[string]bool // the route labels of the request histogram
 
 	// unavailable rate-limits the log line of 503s (pool acquire or
 	// statement timeouts): one line a second, with how many it stands for.
@@ -129,7 +138,7 @@ type App struct {
 // the schema is current), and builds the router. It fails with a
 // *ConnectError when a service does not answer.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
-	a := &App{cfg: cfg, log: log, metrics: prometheus.NewRegistry()}
+	a := &App{cfg: cfg, log: log, metrics: prometheus.NewRegistry(), realms: newRealmSeries(cfg.MetricsRealmIdle)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -280,13 +289,13 @@ func (a *App) routes() {
 
 	e.GET("/healthz", a.healthz)
 	e.GET("/readyz", a.readyz)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{})))
+	a.mountMetrics(e)
 
 	// Public API routes (sign-in) go on v1; everything else on api, which
 	// passes the gates in this order. Every route on api reads or writes
 	// realm data, or a realm's people and tokens.
 	v1 := e.Group("/api/v1")
-	api := v1.Group("", a.tenancy.Authenticate(), a.rateLimit())
+	api := v1.Group("", a.tenancy.Authenticate(), a.trackRealm, a.rateLimit())
 	api.Use(a.admit()) // the last gate: keep it after every other middleware of api
 	v1.GET("/openapi.json", openAPIDocument)
 	tenancy.NewPeople(a.tenancy, tenancy.PeopleConfig{
@@ -302,6 +311,7 @@ func (a *App) routes() {
 	a.tenancy.TokenRoutes(api)
 
 	a.mountUI(e) // last: the UI's catch-all must not shadow a route above
+	a.indexRoutes()
 }
 
 // Handler is the application as an http.Handler, for tests.
@@ -310,6 +320,11 @@ func (a *App) Handler() http.Handler { return a.echo }
 // Serve listens on the configured address until ctx ends, then drains
 // in-flight requests for up to ten seconds.
 func (a *App) Serve(ctx context.Context) error {
+	stopMetrics, err := a.serveMetrics()
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	ln, err := net.Listen("tcp", a.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
