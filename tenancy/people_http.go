@@ -185,7 +185,8 @@ func (p *People) login(c echo.Context) error {
 	// its address's ceiling and never reaches them; guessing one account
 	// from many addresses gets that account's ceiling, no more. The person
 	// signing in meanwhile spends the allowances of their own address and
-	// account, which the flood does not touch. What could still fill the
+	// account, which the flood does not touch unless it guesses at that very
+	// account (then the account's ceiling is the point). What could fill the
 	// slots is a flood from many addresses, each within its own allowance:
 	// to keep one slot busy with 50 ms checks takes 1,200 attempts a
 	// minute, some 40 addresses at the default 30 each, per slot; and even
