@@ -74,7 +74,8 @@ type Decision struct {
 	Reset     time.Duration // until that ceiling is back to a full burst
 	// RetryAfter is how long a refused request should wait.
 	RetryAfter time.Duration
-	// FirstRefusal is true for the refusal that opened the key's episode.
+	// FirstRefusal is true for the refusal that opened the key's episode,
+	// which lasts until the key is whole again (its full burst back).
 	FirstRefusal bool
 	// Err is why the limiter could not ask Redis; the request is then allowed.
 	Err error

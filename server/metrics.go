@@ -6,9 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/appdor/appdor/tenancy"
 )
 
 // httpMetrics is the request latency histogram by route and status.
@@ -157,7 +160,7 @@ type realmSeries struct {
 	idle time.Duration
 
 	mu     sync.Mutex
-	realms map[string]*realmUse
+	realms map[uuid.UUID]*realmUse
 	vecs   []seriesDeleter
 }
 
@@ -170,7 +173,7 @@ func newRealmSeries(idle time.Duration) *realmSeries {
 	if idle <= 0 {
 		idle = DefaultMetricsRealmIdle
 	}
-	return &realmSeries{idle: idle, realms: map[string]*realmUse{}}
+	return &realmSeries{idle: idle, realms: map[uuid.UUID]*realmUse{}}
 }
 
 // register registers cs on reg, and remembers those that are vectors.
@@ -189,7 +192,7 @@ func (r *realmSeries) register(reg prometheus.Registerer, cs ...prometheus.Colle
 }
 
 // enter counts a request of realm in flight, until leave.
-func (r *realmSeries) enter(realm string) {
+func (r *realmSeries) enter(realm uuid.UUID) {
 	r.mu.Lock()
 	u := r.realms[realm]
 	if u == nil {
@@ -200,7 +203,7 @@ func (r *realmSeries) enter(realm string) {
 	r.mu.Unlock()
 }
 
-func (r *realmSeries) leave(realm string, now time.Time) {
+func (r *realmSeries) leave(realm uuid.UUID, now time.Time) {
 	r.mu.Lock()
 	if u := r.realms[realm]; u != nil {
 		u.inflight--
@@ -221,8 +224,9 @@ func (r *realmSeries) forgetIdle(now time.Time) int {
 		if u.inflight > 0 || now.Sub(u.last) < r.idle {
 			continue
 		}
+		labels := prometheus.Labels{"realm": realm.String()}
 		for _, v := range r.vecs {
-			v.DeletePartialMatch(prometheus.Labels{"realm": realm})
+			v.DeletePartialMatch(labels)
 		}
 		delete(r.realms, realm)
 		n++
@@ -257,10 +261,11 @@ func (a *App) realmRegistry() prometheus.Registerer {
 // right after authentication, before any gate makes a series of the realm.
 func (a *App) trackRealm(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		realm := realmOf(c)
-		if realm == "" || a.realms == nil {
+		p := tenancy.PrincipalOf(c)
+		if p == nil || a.realms == nil {
 			return next(c)
 		}
+		realm := p.RealmID
 		a.realms.enter(realm)
 		defer func() { a.realms.leave(realm, time.Now()) }()
 		return next(c)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
@@ -22,15 +23,16 @@ func TestRealmSeriesKeepsRealmsInFlight(t *testing.T) {
 	realmRegisterer{Registry: reg, r: r}.MustRegister(counters, gauges, other)
 
 	start := time.Now()
-	r.enter("a")
-	r.enter("b")
-	counters.WithLabelValues("a", "token").Inc()
-	counters.WithLabelValues("b", "token").Inc()
+	a, b := uuid.New(), uuid.New()
+	r.enter(a)
+	r.enter(b)
+	counters.WithLabelValues(a.String(), "token").Inc()
+	counters.WithLabelValues(b.String(), "token").Inc()
 	counters.WithLabelValues("", "unauthenticated").Inc()
-	gauges.WithLabelValues("a").Set(1)
-	gauges.WithLabelValues("b").Set(1)
+	gauges.WithLabelValues(a.String()).Set(1)
+	gauges.WithLabelValues(b.String()).Set(1)
 	other.WithLabelValues("/x").Inc()
-	r.leave("b", start)
+	r.leave(b, start)
 
 	require.Zero(t, r.forgetIdle(start.Add(59*time.Second)), "b is idle 59 s of 60")
 	require.Equal(t, 1, r.forgetIdle(start.Add(time.Hour)), "b forgotten; a is still in flight")
@@ -38,7 +40,7 @@ func TestRealmSeriesKeepsRealmsInFlight(t *testing.T) {
 	require.Equal(t, 1, series(gauges))
 	require.Equal(t, 1, series(other))
 
-	r.leave("a", start.Add(2*time.Hour))
+	r.leave(a, start.Add(2*time.Hour))
 	require.Zero(t, r.forgetIdle(start.Add(2*time.Hour+30*time.Second)))
 	require.Equal(t, 1, r.forgetIdle(start.Add(2*time.Hour+time.Minute)))
 	require.Equal(t, 1, series(counters), "the realmless series stays")
