@@ -84,11 +84,7 @@ func (l *Limiter) AllowAddress(ctx context.Context, addr string) Decision {
 		return Decision{Allowed: true, Scope: ScopeUnauthenticated}
 	}
 	key := AddressKey(addr)
-	args := [3]string{l.unauthArgs[0], l.unauthArgs[1]}
-	if l.now != nil {
-		args[2] = strconv.FormatInt(l.now(), 10)
-	}
-	d, ok := l.decide(ctx, "", []string{key}, args[:], []Scope{ScopeUnauthenticated}, []int{l.unauthPerSecond})
+	d, ok := l.decideOne(ctx, key, ScopeUnauthenticated, l.unauthPerSecond, l.unauthArgs)
 	if !ok || d.Allowed {
 		return d
 	}
@@ -115,17 +111,41 @@ func refusalError(d Decision) *appdor.Error {
 	return &appdor.Error{Code: appdor.ERateLimited, Message: refusalMessage[d.Scope], RetryAfter: d.RetryAfter}
 }
 
-// logEpisode writes the line of an address's refusal episode, at most once
-// per interval with the number of episodes it stands for: an address
-// hammering with made-up credentials opens an episode each time the ceiling
-// lets one through, and many addresses would otherwise choose how much the
-// server logs. The address is logged, never the credential.
+// decideOne decides one request against one key with no realm (the label
+// is "") under scope: the script's arguments rate for a ceiling of limit,
+// and the fake clock of tests.
+func (l *Limiter) decideOne(ctx context.Context, key string, scope Scope, limit int, rate [2]string) (Decision, bool) {
+	args := [3]string{rate[0], rate[1]}
+	if l.now != nil {
+		args[2] = strconv.FormatInt(l.now(), 10)
+	}
+	return l.decide(ctx, "", []string{key}, args[:], []Scope{scope}, []int{limit})
+}
+
+// flagOf names the setting of a ceiling with no realm, as the command line
+// spells it, for the log line of its refusal episodes.
+var flagOf = map[Scope]string{
+	ScopeUnauthenticated: UnauthenticatedFlag,
+	ScopeLoginAddress:    LoginAddressFlag,
+	ScopeLoginAccount:    LoginAccountFlag,
+}
+
+// logEpisode writes the line of a refusal episode of a ceiling with no realm
+// (an address's, an account's), at most once per interval and scope with the
+// number of episodes it stands for: an address hammering with made-up
+// credentials opens an episode each time its key is whole again, and many
+// addresses would otherwise choose how much the server logs. The address and
+// the account's key are logged, never a credential.
 func (l *Limiter) logEpisode(r refusal) {
-	ok, n := l.addressLog.take(time.Now().UnixNano())
+	ok, n := l.episodeLogs[r.scope].Take(time.Now())
 	if !ok {
 		return
 	}
-	l.log.Warn(episodeMessage, slog.String("scope", string(r.scope)), slog.String("address", r.address),
-		slog.Int("limit", r.limit), slog.Int64("episodes", n), slog.String("flag", UnauthenticatedFlag),
+	attrs := []any{slog.String("scope", string(r.scope)), slog.String("address", r.address)}
+	if r.account != "" {
+		attrs = append(attrs, slog.String("account_key", r.account))
+	}
+	attrs = append(attrs, slog.Int("limit", r.limit), slog.Int64("episodes", n), slog.String("flag", flagOf[r.scope]),
 		slog.Duration("log_interval", l.logInterval))
+	l.log.Warn(episodeMessage, attrs...)
 }

@@ -18,9 +18,10 @@ type refusal struct {
 	realm, token, user uuid.UUID
 	scope              Scope
 	limit              int
-	// address is the client's address (or IPv6 /64) of an unauthenticated
-	// refusal, which has no realm and no audit row.
-	address string
+	// address is the client's address (or IPv6 /64) of a refusal with no
+	// realm (unauthenticated, sign-in), which has no audit row; account the
+	// hashed account of a sign-in refusal.
+	address, account string
 }
 
 // episodeMessage is the log line of a refusal episode, whatever its scope.

@@ -4,6 +4,10 @@
 // realm's, under keys that carry the realm, so that one realm's runaway agent
 // can never spend another realm's allowance.
 //
+// Before a request is authenticated it keeps ceilings of its own, keyed by the
+// client's address (lookups of unknown credentials, sign-in attempts) and by
+// the account a sign-in names: address.go and login.go.
+//
 // It owns the 429 middleware and the audit of a refusal episode. It must never
 // become the reason the API is down: when Redis does not answer within a short
 // timeout, the request is allowed (fail open), counted and logged, and the
@@ -24,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
+	"github.com/appdor/appdor"
 	"github.com/appdor/appdor/rls"
 )
 
@@ -69,7 +74,8 @@ type Decision struct {
 	Reset     time.Duration // until that ceiling is back to a full burst
 	// RetryAfter is how long a refused request should wait.
 	RetryAfter time.Duration
-	// FirstRefusal is true for the refusal that opened the key's episode.
+	// FirstRefusal is true for the refusal that opened the key's episode,
+	// which lasts until the key is whole again (its full burst back).
 	FirstRefusal bool
 	// Err is why the limiter could not ask Redis; the request is then allowed.
 	Err error
@@ -91,6 +97,10 @@ type Config struct {
 	UnauthenticatedPerSecond int
 	// UnauthenticatedBurst is how many may come at once; 0 is twice the rate.
 	UnauthenticatedBurst int
+	// LoginAddressPerMinute and LoginAccountPerMinute are the ceilings on
+	// sign-in attempts per client address and per account (AllowLogin); 0
+	// turns one off.
+	LoginAddressPerMinute, LoginAccountPerMinute int
 }
 
 // Limiter decides requests against the ceilings in Redis.
@@ -106,15 +116,21 @@ type Limiter struct {
 	decisions *prometheus.CounterVec
 	latency   prometheus.Histogram
 
-	pausedUntil atomic.Int64   // unix ns; Redis is not asked before then
-	failing     atomic.Bool    // the last call failed; the next success is logged
-	errorLog    *everyInterval // the "redis unreachable" line
-	addressLog  *everyInterval // the line of an address's refusal episode
+	pausedUntil atomic.Int64          // unix ns; Redis is not asked before then
+	failing     atomic.Bool           // the last call failed; the next success is logged
+	errorLog    *appdor.EveryInterval // the "redis unreachable" line
+	// episodeLogs rate-limit the line of a refusal episode of the ceilings
+	// that have no realm (and no audit row), per scope.
+	episodeLogs map[Scope]*appdor.EveryInterval
 
 	// unauthPerSecond and unauthBurst are the unauthenticated ceiling (0:
 	// off); unauthArgs its script arguments.
 	unauthPerSecond, unauthBurst int
 	unauthArgs                   [2]string
+
+	// loginAddress and loginAccount are the sign-in ceilings per minute (0:
+	// off).
+	loginAddress, loginAccount int
 
 	// now, when set (tests only), replaces Redis TIME with a fake clock in µs.
 	now func() int64
@@ -154,8 +170,12 @@ func New(cfg Config) *Limiter {
 	if l.logInterval <= 0 {
 		l.logInterval = DefaultErrorLogInterval
 	}
-	l.errorLog = &everyInterval{interval: int64(l.logInterval)}
-	l.addressLog = &everyInterval{interval: int64(l.logInterval)}
+	l.errorLog = &appdor.EveryInterval{Interval: l.logInterval}
+	l.episodeLogs = map[Scope]*appdor.EveryInterval{}
+	for _, s := range []Scope{ScopeUnauthenticated, ScopeLoginAddress, ScopeLoginAccount} {
+		l.episodeLogs[s] = &appdor.EveryInterval{Interval: l.logInterval}
+	}
+	l.loginAddress, l.loginAccount = max(cfg.LoginAddressPerMinute, 0), max(cfg.LoginAccountPerMinute, 0)
 	if cfg.UnauthenticatedPerSecond > 0 {
 		l.unauthPerSecond = cfg.UnauthenticatedPerSecond
 		l.unauthBurst = cfg.UnauthenticatedBurst
@@ -243,29 +263,6 @@ func argsOf(limit int) [2]string {
 	return a
 }
 
-// everyInterval lets one event through per interval and counts the others,
-// so that a line logged under a flood says how many it stands for.
-type everyInterval struct {
-	interval int64        // ns
-	last     atomic.Int64 // unix ns of the event let through last
-	count    atomic.Int64 // events since then, this one included
-}
-
-// take counts an event at now (unix ns) and reports whether it is the one to
-// log, with the events it stands for.
-func (e *everyInterval) take(now int64) (ok bool, n int64) {
-	e.count.Add(1)
-	last := e.last.Load()
-	if now-last < e.interval || !e.last.CompareAndSwap(last, now) {
-		return false, 0
-	}
-	return true, e.count.Swap(0)
-}
-
-// reset returns the events counted since the last one let through, and
-// starts the count again.
-func (e *everyInterval) reset() int64 { return e.count.Swap(0) }
-
 // errPaused is the error of a decision taken while Redis is left alone after
 // a failure.
 var errPaused = errors.New("limiter: redis failed recently; not asked")
@@ -339,7 +336,7 @@ func (l *Limiter) decide(ctx context.Context, realm string, keys, args []string,
 		return l.failOpen(realm, scopes[0], err, paused), false
 	}
 	if l.failing.CompareAndSwap(true, false) {
-		l.log.Info("limiter: redis answers again; deciding requests", slog.Int64("failed_decisions", l.errorLog.reset()))
+		l.log.Info("limiter: redis answers again; deciding requests", slog.Int64("failed_decisions", l.errorLog.Reset()))
 	}
 
 	i := vals[1] - 1
@@ -366,14 +363,14 @@ func (l *Limiter) decide(ctx context.Context, realm string, keys, args []string,
 // nothing while rueidis reconnects on the next call.
 func (l *Limiter) failOpen(realm string, scope Scope, err error, pause bool) Decision {
 	l.decisions.WithLabelValues(realm, string(scope), "error").Inc()
-	now := time.Now().UnixNano()
+	now := time.Now()
 	if pause {
-		l.pausedUntil.Store(now + int64(l.pause))
+		l.pausedUntil.Store(now.UnixNano() + int64(l.pause))
 	}
 	if !errors.Is(err, errPaused) {
 		l.failing.Store(true)
 	}
-	if ok, n := l.errorLog.take(now); ok {
+	if ok, n := l.errorLog.Take(now); ok {
 		l.log.Warn("limiter: redis unreachable; allowing requests unlimited",
 			slog.String("error", err.Error()), slog.Int64("failed_decisions", n),
 			slog.Duration("log_interval", l.logInterval))

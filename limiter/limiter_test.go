@@ -242,30 +242,64 @@ func TestTwoCeilings(t *testing.T) {
 	})
 }
 
-// TestEpisode: the first refusal after an allowance opens an episode, the
-// next ones do not, and an allowance closes it.
+// TestEpisode: the first refusal opens an episode and the next ones do not,
+// even when the client keeps hammering and earns a request now and then;
+// the episode ends when the key is whole again (its full burst back).
 func TestEpisode(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.clock()
 	ctx := context.Background()
-	s := limiter.Subject{Realm: uuid.New(), Token: uuid.New(), TokenLimit: 1}
-	first := func() bool {
-		d := f.lim.Allow(ctx, s)
-		require.False(t, d.Allowed)
-		return d.FirstRefusal
+	s := limiter.Subject{Realm: uuid.New(), Token: uuid.New(), TokenLimit: 60} // one a second after the burst
+	start := f.now
+	var allowed, refused, episodes int
+	hammer := func(d time.Duration) {
+		for end := f.now + d.Microseconds(); f.now < end; f.now += (100 * time.Millisecond).Microseconds() {
+			for range 5 {
+				d := f.lim.Allow(ctx, s)
+				if d.Allowed {
+					allowed++
+					continue
+				}
+				refused++
+				if d.FirstRefusal {
+					episodes++
+				}
+			}
+		}
 	}
-	require.True(t, f.lim.Allow(ctx, s).Allowed)
-	require.True(t, first())
-	require.False(t, first())
-	require.False(t, first())
-	f.now += time.Minute.Microseconds()
-	require.True(t, f.lim.Allow(ctx, s).Allowed)
-	require.True(t, first(), "a new episode")
-	require.False(t, first())
+	hammer(10 * time.Second) // the burst, then ten emission intervals of hammering
+	require.Equal(t, 60+9, allowed, "the burst, then one earned per emission interval")
+	require.Equal(t, 500-69, refused)
+	require.Equal(t, 1, episodes, "one episode however many emission intervals it spans")
 
-	require.Equal(t, 2.0, (decisions(t, f.reg, s.Realm, "token", "allowed")))
-	require.Equal(t, 5.0, (decisions(t, f.reg, s.Realm, "token", "refused")))
+	// At one instant: n requests; how many passed, how many episodes began.
+	at := func(n int) (passed, began int) {
+		for range n {
+			d := f.lim.Allow(ctx, s)
+			switch {
+			case d.Allowed:
+				passed++
+			case d.FirstRefusal:
+				began++
+			}
+		}
+		return passed, began
+	}
+	// The last allowance (at 9 s) left the key's tat at 69 s. At 68 s the
+	// key is not whole: 59 requests pass, and the refusal after them is
+	// still the same episode.
+	f.now = start + (68 * time.Second).Microseconds()
+	passed, began := at(60)
+	require.Equal(t, 59, passed)
+	require.Zero(t, began, "allowances while the key is not whole do not end the episode")
+
+	// Once it is whole again, a fresh burst, and the next refusal opens a
+	// new episode.
+	f.now += (2 * time.Minute).Microseconds()
+	passed, began = at(62)
+	require.Equal(t, 60, passed)
+	require.Equal(t, 1, began, "the key was whole in between: a new episode")
 }
 
 // decisions reads appdor_limiter_decisions_total for one realm, scope and result.

@@ -47,8 +47,11 @@ func (l *Limiter) Middleware(subject func(echo.Context) (Subject, bool)) echo.Mi
 }
 
 var refusalMessage = map[Scope]string{
-	ScopeToken: "this token is over its requests-per-minute ceiling; retry after the Retry-After header's seconds",
-	ScopeRealm: "this realm is over its requests-per-minute ceiling; retry after the Retry-After header's seconds",
+	ScopeToken:           "this token is over its requests-per-minute ceiling; retry after the Retry-After header's seconds",
+	ScopeRealm:           "this realm is over its requests-per-minute ceiling; retry after the Retry-After header's seconds",
+	ScopeUnauthenticated: "too many unknown credentials from this address; retry after the Retry-After header's seconds",
+	ScopeLoginAddress:    "too many sign-in attempts from this address; retry after the Retry-After header's seconds",
+	ScopeLoginAccount:    "too many sign-in attempts for this account; retry after the Retry-After header's seconds",
 }
 
 // ceilSeconds is d in whole seconds, rounded up.

@@ -15,6 +15,13 @@ import "github.com/redis/rueidis"
 // refusal the key that refused longest, with first = 1 when this refusal opened
 // the key's episode; for an allowance the key with the fewest requests left.
 //
+// A refusal episode lasts until the key is whole again: it ends when a
+// request finds the key back to its full burst (its tat passed, or the key
+// expired). A client that keeps hammering earns one request per emission
+// interval and is refused in between; those allowances do not end its
+// episode, so the episode's first refusal is reported once, not once per
+// emission interval.
+//
 // A key expires when its tat passes: from then on it would say what an absent
 // key says. TIME before any write is allowed since Redis 5 (effects
 // replication), and is the default from Redis 7.
@@ -27,7 +34,7 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local nexts = {}
+local nexts, whole = {}, {}
 local refused, rkey, retry, rreset = false, 0, -1, 0
 local akey, arem, areset = 0, 0, 0
 for i = 1, n do
@@ -35,9 +42,10 @@ for i = 1, n do
   local burst = tonumber(ARGV[2*i])
   local tat = now
   local v = redis.call('HGET', KEYS[i], 't')
+  whole[i] = true
   if v then
     tat = tonumber(v)
-    if tat < now then tat = now end
+    if tat <= now then tat = now else whole[i] = false end
   end
   local nxt = tat + em
   local allowat = nxt - burst * em
@@ -60,7 +68,7 @@ if refused then
 end
 for i = 1, n do
   redis.call('HSET', KEYS[i], 't', string.format('%.0f', nexts[i]))
-  redis.call('HDEL', KEYS[i], 'e')
+  if whole[i] then redis.call('HDEL', KEYS[i], 'e') end
   redis.call('PEXPIRE', KEYS[i], math.ceil((nexts[i] - now) / 1000))
 end
 return {1, akey, 0, arem, areset, 0}

@@ -17,7 +17,7 @@ func (a *App) setupFairness() {
 	cfg := a.cfg.Fairness
 	cfg.PoolSize = int(a.pool.Config().MaxConns)
 	cfg.Log = a.log
-	a.fair = fairness.New(cfg, a.metrics)
+	a.fair = fairness.New(cfg, a.realmRegistry())
 	sized := a.fair.Config()
 	if sized.Off {
 		a.log.Warn("fairness: the per-realm fair-queuing controller is OFF (APPDOR_FAIRNESS=off); one realm's load can become every realm's latency",

@@ -32,11 +32,14 @@ func (a *App) startLimiter(ctx context.Context) {
 		Client:     a.redis,
 		DB:         a.db,
 		Log:        a.log,
-		Registerer: a.metrics,
+		Registerer: a.realmRegistry(),
 		RealmLimit: a.cfg.RealmRequestsPerMinute,
 
 		UnauthenticatedPerSecond: max(perSecond, 0),
 		UnauthenticatedBurst:     burst,
+
+		LoginAddressPerMinute: orDefault(a.cfg.LoginAddressPerMinute, limiter.DefaultLoginAddressPerMinute),
+		LoginAccountPerMinute: orDefault(a.cfg.LoginAccountPerMinute, limiter.DefaultLoginAccountPerMinute),
 	})
 	a.log.Info("limiter=on", slog.String("flag", "limiter"), slog.Int("realm_requests_per_minute", a.limiter.RealmLimit()))
 }

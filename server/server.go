@@ -22,7 +22,6 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/rueidis"
 
 	"github.com/appdor/appdor/fairness"
@@ -65,12 +64,28 @@ type Config struct {
 	// UnauthenticatedBurst is how many of those may come at once; 0 for
 	// limiter.DefaultUnauthenticatedBurst (or twice a rate that is set).
 	UnauthenticatedBurst int
+	// LoginAddressPerMinute and LoginAccountPerMinute are the ceilings on
+	// sign-in attempts per client address and per account; 0 for
+	// limiter.DefaultLoginAddressPerMinute and DefaultLoginAccountPerMinute,
+	// negative for none (off).
+	LoginAddressPerMinute, LoginAccountPerMinute int
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client
-	// address; none: the client is the direct peer.
+	// address, and whose X-Forwarded-Proto names the scheme; none: the client
+	// is the direct peer, the scheme the connection's.
 	TrustedProxies []*net.IPNet
 	// MigrateDatabaseURL is the schema owner's URL, for migrations; empty:
 	// DatabaseURL's role migrates (and so owns the schema it serves).
 	MigrateDatabaseURL string
+	// HSTS sets Strict-Transport-Security on responses sent over HTTPS.
+	HSTS bool
+	// MetricsListen, when set, is the address /metrics is served on, and
+	// the main listener's /metrics answers 404; MetricsToken, when set, is
+	// the bearer token /metrics asks for. With neither, /metrics on the
+	// main listener answers loopback clients only.
+	MetricsListen, MetricsToken string
+	// MetricsRealmIdle is how long a realm sends no request before its
+	// series leave /metrics; 0 for DefaultMetricsRealmIdle.
+	MetricsRealmIdle time.Duration
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -113,6 +128,8 @@ type App struct {
 
 	fair        *fairness.Controller
 	httpMetrics *httpMetrics
+	realms      *realmSeries    // forgets the series of realms gone quiet
+	routePaths  map[string]bool // the route labels of the request histogram
 
 	// unavailable rate-limits the log line of 503s (pool acquire or
 	// statement timeouts): one line a second, with how many it stands for.
@@ -124,7 +141,7 @@ type App struct {
 // the schema is current), and builds the router. It fails with a
 // *ConnectError when a service does not answer.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
-	a := &App{cfg: cfg, log: log, metrics: prometheus.NewRegistry()}
+	a := &App{cfg: cfg, log: log, metrics: prometheus.NewRegistry(), realms: newRealmSeries(cfg.MetricsRealmIdle)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -276,9 +293,10 @@ func (a *App) routes() {
 	e.HidePort = true
 	e.HTTPErrorHandler = a.errorHandler
 	e.IPExtractor = a.ipExtractor()
+	e.SchemeExtractor = a.schemeExtractor()
 	a.echo = e
 
-	e.Use(middleware.RequestID())
+	e.Use(requestIDs())
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		DisableStackAll:   true,
 		DisablePrintStack: true,
@@ -290,22 +308,23 @@ func (a *App) routes() {
 	}))
 	e.Use(a.observe)
 	e.Use(a.accessLog)
+	e.Use(a.secureHeaders())
 	// The CSV import streams its body and bounds it itself (grid.OwnsBodyLimit).
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: a.cfg.BodyLimit, Skipper: grid.OwnsBodyLimit}))
 
 	e.GET("/healthz", a.healthz)
 	e.GET("/readyz", a.readyz)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{})))
+	a.mountMetrics(e)
 
 	// Public API routes (sign-in) go on v1; everything else on api, which
 	// passes the gates in this order. Every route on api reads or writes
 	// realm data, or a realm's people and tokens.
 	v1 := e.Group("/api/v1")
-	api := v1.Group("", a.tenancy.Authenticate(), a.rateLimit())
+	api := v1.Group("", a.tenancy.Authenticate(), a.trackRealm, a.rateLimit())
 	api.Use(a.admit()) // the last gate: keep it after every other middleware of api
 	v1.GET("/openapi.json", openAPIDocument)
 	tenancy.NewPeople(a.tenancy, tenancy.PeopleConfig{
-		LoginConcurrency: a.cfg.LoginConcurrency, Log: a.log, Registerer: a.metrics,
+		LoginConcurrency: a.cfg.LoginConcurrency, Screen: a.loginScreen(), Log: a.log, Registerer: a.metrics,
 	}).Routes(v1)
 
 	gh := grid.New(a.db)
@@ -317,6 +336,7 @@ func (a *App) routes() {
 	a.tenancy.TokenRoutes(api)
 
 	a.mountUI(e) // last: the UI's catch-all must not shadow a route above
+	a.indexRoutes()
 }
 
 // Handler is the application as an http.Handler, for tests.
@@ -325,6 +345,11 @@ func (a *App) Handler() http.Handler { return a.echo }
 // Serve listens on the configured address until ctx ends, then drains
 // in-flight requests for up to ten seconds.
 func (a *App) Serve(ctx context.Context) error {
+	stopMetrics, err := a.serveMetrics()
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	ln, err := net.Listen("tcp", a.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)

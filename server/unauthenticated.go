@@ -61,9 +61,5 @@ func (a *App) ipExtractor() echo.IPExtractor {
 	if len(a.cfg.TrustedProxies) == 0 {
 		return echo.ExtractIPDirect()
 	}
-	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
-	for _, n := range a.cfg.TrustedProxies {
-		opts = append(opts, echo.TrustIPRange(n))
-	}
-	return echo.ExtractIPFromXFFHeader(opts...)
+	return echo.ExtractIPFromXFFHeader(a.trustOptions()...)
 }

@@ -1,11 +1,11 @@
 package tenancy
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,37 +20,50 @@ import (
 const DefaultLoginWait = 500 * time.Millisecond
 
 // PeopleConfig bounds sign-in. A password check is bcrypt: tens of
-// milliseconds of CPU that anyone may ask for without a credential, so
-// checks run a few at a time, and a sign-in that finds no free check within
-// LoginWait is refused (429 concurrency_limited, Retry-After) rather than
-// taking the cores every realm's requests need.
+// milliseconds of CPU that anyone may ask for without a credential. Two
+// things stand before it: LoginScreen, the rate limiter's ceilings on
+// attempts per client address and per account, which refuses a guesser
+// (429 rate_limited, Retry-After) before any work; then the checks run a few
+// at a time, and a sign-in that finds no free check within LoginWait is
+// refused (429 concurrency_limited, Retry-After) rather than taking the
+// cores every realm's requests need.
 type PeopleConfig struct {
 	// LoginConcurrency is how many password checks may run at once; 0 is
 	// half the cores, at least 1.
 	LoginConcurrency int
 	// LoginWait is how long a sign-in waits for a check; 0 is DefaultLoginWait.
 	LoginWait time.Duration
+	// Screen, when set, decides each attempt before its password is
+	// checked; nil screens nothing.
+	Screen LoginScreen
 	// Log and Registerer receive the login_concurrency refusals and the
 	// sign-in counters; nil discards them.
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
 }
 
+// LoginScreen decides, before any work, whether the client at addr may try
+// to sign in to account (NormalizeEmail of the email sent); its error is the
+// answer (429 rate_limited). The server wires it to the rate limiter's
+// sign-in ceilings.
+type LoginScreen func(ctx context.Context, addr, account string) error
+
 // People serves sign-in, sign-out and /me.
 type People struct {
-	svc   *Service
-	slots chan struct{}
-	wait  time.Duration
-	log   *slog.Logger
+	svc    *Service
+	slots  chan struct{}
+	wait   time.Duration
+	screen LoginScreen
+	log    *slog.Logger
 
-	logins  *prometheus.CounterVec // by result: ok, wrong, refused
+	logins  *prometheus.CounterVec // by result: ok, wrong, refused, rate_limited
 	refused prometheus.Counter
 
-	mu       sync.Mutex
-	lastLog  time.Time
-	sinceLog int
-	logEvery time.Duration
+	refusedLog appdor.EveryInterval // the login_concurrency line
 }
+
+// loginLogInterval is how often the login_concurrency line may be written.
+const loginLogInterval = 10 * time.Second
 
 // NewPeople returns the sign-in handlers of s, bounded by cfg.
 func NewPeople(s *Service, cfg PeopleConfig) *People {
@@ -65,10 +78,11 @@ func NewPeople(s *Service, cfg PeopleConfig) *People {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	p := &People{
-		svc: s, slots: make(chan struct{}, n), wait: cfg.LoginWait, log: cfg.Log, logEvery: 10 * time.Second,
+		svc: s, slots: make(chan struct{}, n), wait: cfg.LoginWait, screen: cfg.Screen, log: cfg.Log,
+		refusedLog: appdor.EveryInterval{Interval: loginLogInterval},
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appdor_logins_total",
-			Help: "Sign-ins by result: ok, wrong (email or password), refused (login_concurrency).",
+			Help: "Sign-ins by result: ok, wrong (email or password), refused (login_concurrency), rate_limited (the sign-in ceilings per address and per account, before any password check).",
 		}, []string{"result"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appdor_login_concurrency_refused_total",
@@ -119,22 +133,16 @@ func (p *People) acquire(c echo.Context) (release func(), err error) {
 }
 
 // logRefusal writes the login_concurrency line at most every ten seconds,
-// with the number of refusals since the last one, so a flood cannot flood
-// the log too.
+// with the number of refusals it stands for, so a flood cannot flood the log
+// too.
 func (p *People) logRefusal(c echo.Context) {
-	p.mu.Lock()
-	p.sinceLog++
-	now := time.Now()
-	if now.Sub(p.lastLog) < p.logEvery {
-		p.mu.Unlock()
+	ok, n := p.refusedLog.Take(time.Now())
+	if !ok {
 		return
 	}
-	n := p.sinceLog
-	p.lastLog, p.sinceLog = now, 0
-	p.mu.Unlock()
 	p.log.Warn("login_concurrency: sign-in refused, every password check busy",
 		slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)),
-		slog.Int("refused", n), slog.Int("login_concurrency", cap(p.slots)))
+		slog.Int64("refused", n), slog.Int("login_concurrency", cap(p.slots)))
 }
 
 // MeResponse is the answer of sign-in and of GET /me.
@@ -156,11 +164,34 @@ func (p *People) login(c echo.Context) error {
 	if err := appdor.DecodeJSON(c.Request().Body, &in); err != nil {
 		return err
 	}
+	ctx := c.Request().Context()
+	// The ceilings per address and per account come before the password
+	// check and before its concurrency slot: an attempt over either costs a
+	// Redis round trip, no bcrypt and no slot. That is why a flood of bogus
+	// sign-ins does not lock real people out through the slots. A flood
+	// from one address, or a few, whatever accounts it names, is refused at
+	// its address's ceiling and never reaches them; guessing one account
+	// from many addresses gets that account's ceiling, no more. The person
+	// signing in meanwhile spends the allowances of their own address and
+	// account, which the flood does not touch unless it guesses at that very
+	// account (then the account's ceiling is the point). What could fill the
+	// slots is a flood from many addresses, each within its own allowance:
+	// to keep one slot busy with 50 ms checks takes 1,200 attempts a
+	// minute, some 40 addresses at the default 30 each, per slot; and even
+	// then a person waits at most LoginWait for a slot before being told to
+	// retry.
+	if p.screen != nil {
+		if err := p.screen(ctx, c.RealIP(), NormalizeEmail(in.Email)); err != nil {
+			if appdor.ErrorCode(err) == appdor.ERateLimited {
+				p.logins.WithLabelValues("rate_limited").Inc()
+			}
+			return err
+		}
+	}
 	release, err := p.acquire(c)
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
 	sess, user, err := p.svc.Login(ctx, in.Email, in.Password)
 	release()
 	if err != nil {

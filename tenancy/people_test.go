@@ -1,6 +1,7 @@
 package tenancy
 
 import (
+	"context"
 	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
@@ -35,6 +36,34 @@ func TestLoginConcurrencyRefuses(t *testing.T) {
 	require.Positive(t, ae.RetryAfter)
 	require.Equal(t, 1.0, counterValue(t, p.refused))
 	require.Equal(t, 1.0, counterValue(t, p.logins.WithLabelValues("refused")))
+}
+
+// TestLoginScreenComesFirst: an attempt the screen refuses is answered with
+// the screen's error before it waits for a password check (here every check
+// is busy, and the wait is an hour), and is counted as rate_limited; the
+// screen sees the client's address and the normalised email.
+func TestLoginScreenComesFirst(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	var gotAddr, gotAccount string
+	refusal := &appdor.Error{Code: appdor.ERateLimited, Message: "slow down", RetryAfter: 6 * time.Second}
+	p := NewPeople(New(nil), PeopleConfig{LoginConcurrency: 1, LoginWait: time.Hour, Registerer: reg,
+		Screen: func(_ context.Context, addr, account string) error {
+			gotAddr, gotAccount = addr, account
+			return refusal
+		}})
+	p.slots <- struct{}{} // the one check is busy
+
+	e := echo.New()
+	req := httptest.NewRequest(http.MethodPost, "/api/v1/auth/login", strings.NewReader(`{"email":"  Ann@Example.TEST ","password":"whatever1"}`))
+	req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	req.RemoteAddr = "192.0.2.44:5000"
+	err := p.login(e.NewContext(req, httptest.NewRecorder()))
+	require.Same(t, refusal, err)
+	require.Equal(t, "192.0.2.44", gotAddr)
+	require.Equal(t, "ann@example.test", gotAccount)
+	require.Equal(t, 1.0, counterValue(t, p.logins.WithLabelValues("rate_limited")))
+	require.Zero(t, counterValue(t, p.refused))
 }
 
 func TestLoginConcurrencyDefault(t *testing.T) {

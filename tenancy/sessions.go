@@ -105,6 +105,10 @@ func dummyPasswordHash() []byte {
 	return dummyHash
 }
 
+// NormalizeEmail is an email as sign-in compares it: without surrounding
+// space, in lower case. It names the account the sign-in ceilings count.
+func NormalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
+
 // Login checks email and password and opens a session. A wrong email and a
 // wrong password give the same error after the same work.
 func (s *Service) Login(ctx context.Context, email, password string) (Session, User, error) {

@@ -216,53 +216,36 @@ func auditRows(t *testing.T, realm uuid.UUID) []map[string]any {
 	return out
 }
 
-// TestRateLimitAuditOncePerEpisode: the first refusal of an episode writes
-// one audit row, the others none; an allowed request ends the episode.
+// TestRateLimitAuditOncePerEpisode: a token that keeps hammering past its
+// ceiling writes one audit row for its refusal episode, not one per emission
+// interval, although it earns a request each interval in between.
 func TestRateLimitAuditOncePerEpisode(t *testing.T) {
 	t.Parallel()
 	app := testenv.SharedApp(t)
 	owner := app.NewTenant(t, tenancy.RoleOwner, nil)
-	agent := app.AddMember(t, owner.RealmID, tenancy.RoleEditor, rpm(5))
+	agent := app.AddMember(t, owner.RealmID, tenancy.RoleEditor, rpm(60)) // one a second after the burst
 	ctx := context.Background()
 
-	statuses := func(n int) (ok, refused int) {
-		for range n {
-			res := app.Do(t, "GET", "/api/v1/apps", agent.Token, nil)
-			if res.Status == http.StatusOK {
-				ok++
-			} else {
-				requireRateLimited(t, res, 5)
-				refused++
-			}
+	var ok, refused int
+	for start := time.Now(); time.Since(start) < 2500*time.Millisecond; {
+		res := app.Do(t, "GET", "/api/v1/apps", agent.Token, nil)
+		if res.Status == http.StatusOK {
+			ok++
+		} else {
+			requireRateLimited(t, res, 60)
+			refused++
 		}
-		return ok, refused
+		time.Sleep(5 * time.Millisecond)
 	}
-	ok, refused := statuses(40)
-	require.Equal(t, 5, ok)
-	require.Equal(t, 35, refused)
+	t.Logf("%d allowed, %d refused", ok, refused)
+	require.GreaterOrEqual(t, ok, 62, "the burst, then at least two earned while hammering")
+	require.Positive(t, refused)
 	require.NoError(t, app.Limiter().Flush(ctx))
 	rows := auditRows(t, owner.RealmID)
 	require.Len(t, rows, 1, "one episode, one row")
 	require.Equal(t, agent.TokenID.String(), rows[0]["token"])
-	require.EqualValues(t, 5, rows[0]["limit"])
+	require.EqualValues(t, 60, rows[0]["limit"])
 	require.Equal(t, "token:"+agent.TokenID.String(), rows[0]["actor"])
-
-	// Raise the ceiling (the owner's PATCH drops the cached token): the next
-	// request passes, which ends the episode; lower it again and the next
-	// refusal opens a new one. (The minute already spent stays spent: at a
-	// million a minute it costs the next request 60 µs of waiting, at most.)
-	patch := func(n int) {
-		res := app.Do(t, "PATCH", "/api/v1/tokens/"+agent.TokenID.String(), owner.Token, map[string]any{"requests_per_minute": n})
-		require.Equal(t, http.StatusOK, res.Status, string(res.Body))
-	}
-	patch(1_000_000)
-	requireAllowed(t, app.Do(t, "GET", "/api/v1/apps", agent.Token, nil), 1_000_000)
-	patch(5)
-	ok, refused = statuses(10)
-	require.Zero(t, ok)
-	require.Equal(t, 10, refused)
-	require.NoError(t, app.Limiter().Flush(ctx))
-	require.Len(t, auditRows(t, owner.RealmID), 2, "two episodes, two rows")
 }
 
 // TestRefusalsTouchNoPostgres counts the PostgreSQL transactions that 300

@@ -26,7 +26,7 @@ type setting struct {
 
 func (s setting) register(fs *pflag.FlagSet) {
 	def := s.def
-	if v, ok := os.LookupEnv(s.env); ok {
+	if v, ok := os.LookupEnv(s.env); ok && !secrets[s.flag] {
 		def = v
 	}
 	fs.String(s.flag, def, s.usage+" (env "+s.env+")")
@@ -61,8 +61,23 @@ var (
 	// Before authentication: lookups of tokens and sessions the server does not know.
 	sUnauthRate     = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
 	sUnauthBurst    = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
-	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client; empty: the client is the direct peer"}
+	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client and X-Forwarded-Proto the scheme; empty: the client is the direct peer, the scheme the connection's"}
+
+	// Sign-in attempts, before the password is checked.
+	sLoginAddress = setting{"login-address-attempts-per-minute", "APPDOR_LOGIN_ADDRESS_ATTEMPTS_PER_MINUTE", "30", "sign-in attempts one client address may make a minute, all at once or spread (429 rate_limited beyond, before any password check); 0 turns this off"}
+	sLoginAccount = setting{"login-account-attempts-per-minute", "APPDOR_LOGIN_ACCOUNT_ATTEMPTS_PER_MINUTE", "10", "sign-in attempts on one account (email) a minute, from any addresses (429 rate_limited beyond, before any password check); 0 turns this off"}
+
+	sHSTS = setting{"hsts", "APPDOR_HSTS", "off", "send Strict-Transport-Security (max-age one year) on HTTPS responses; on only when the site is served over HTTPS for good"}
+
+	// Who may read /metrics, which names realms; with neither set, loopback clients of the main listener only.
+	sMetricsListen    = setting{"metrics-listen", "APPDOR_METRICS_LISTEN", "", "serve /metrics on this address only (e.g. 127.0.0.1:9090), not on --listen"}
+	sMetricsToken     = setting{"metrics-token", "APPDOR_METRICS_TOKEN", "", "bearer token /metrics asks for (at least 16 characters; prefer the variable: a flag shows in the process list)"}
+	sMetricsRealmIdle = setting{"metrics-realm-idle", "APPDOR_METRICS_REALM_IDLE", "10m", "a realm's series leave /metrics after it has sent no request for this long (at least 2m)"}
 )
+
+// secrets are the settings whose variable must not show as the flag's
+// default in --help; str reads their variable when the flag is not given.
+var secrets = map[string]bool{sMetricsToken.flag: true}
 
 // connSettings are the settings every command that touches the database has.
 var connSettings = []setting{sDatabaseURL, sMigrateURL, sRedisURL}
@@ -70,7 +85,8 @@ var connSettings = []setting{sDatabaseURL, sMigrateURL, sRedisURL}
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
 	sFairness, sFairSeats, sFairBgSeats, sFairQueue, sFairWait, sFairRetryAfter,
-	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sTrustedProxies}
+	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sLoginAddress, sLoginAccount, sTrustedProxies, sHSTS,
+	sMetricsListen, sMetricsToken, sMetricsRealmIdle}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -81,6 +97,9 @@ func configError(s setting, format string, args ...any) error {
 
 func str(cmd *cobra.Command, s setting) string {
 	v, _ := cmd.Flags().GetString(s.flag)
+	if secrets[s.flag] && !cmd.Flags().Changed(s.flag) {
+		v = os.Getenv(s.env)
+	}
 	return strings.TrimSpace(v)
 }
 
@@ -156,11 +175,19 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	if err := unauthenticatedConfig(cmd, &cfg); err != nil {
 		return cfg, err
 	}
+	if cfg.HSTS, err = boolean(cmd, sHSTS); err != nil {
+		return cfg, err
+	}
+	if err := metricsConfig(cmd, &cfg); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
 }
 
-// unauthenticatedConfig reads the limit on lookups of unknown credentials per
-// client address, and the proxies trusted to name the client.
+// unauthenticatedConfig reads the limits on what a client may cause before it
+// is authenticated — lookups of unknown credentials per client address,
+// sign-in attempts per address and per account — and the proxies trusted to
+// name the client.
 func unauthenticatedConfig(cmd *cobra.Command, cfg *server.Config) error {
 	rate, err := strconv.Atoi(str(cmd, sUnauthRate))
 	if err != nil || rate < 0 || rate > 100_000 {
@@ -173,6 +200,22 @@ func unauthenticatedConfig(cmd *cobra.Command, cfg *server.Config) error {
 	cfg.UnauthenticatedPerSecond, cfg.UnauthenticatedBurst = rate, burst
 	if rate == 0 {
 		cfg.UnauthenticatedPerSecond = -1 // the server's zero is the default
+	}
+	perMinute := func(s setting) (int, error) {
+		n, err := strconv.Atoi(str(cmd, s))
+		if err != nil || n < 0 || n > 100_000 {
+			return 0, configError(s, "%q is not a number from 0 (off) to 100000", str(cmd, s))
+		}
+		if n == 0 {
+			n = -1 // the server's zero is the default
+		}
+		return n, nil
+	}
+	if cfg.LoginAddressPerMinute, err = perMinute(sLoginAddress); err != nil {
+		return err
+	}
+	if cfg.LoginAccountPerMinute, err = perMinute(sLoginAccount); err != nil {
+		return err
 	}
 	for _, f := range strings.Split(str(cmd, sTrustedProxies), ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -191,6 +234,32 @@ func unauthenticatedConfig(cmd *cobra.Command, cfg *server.Config) error {
 		}
 		cfg.TrustedProxies = append(cfg.TrustedProxies, n)
 	}
+	return nil
+}
+
+// metricsConfig reads who may read /metrics, and how long a quiet realm
+// keeps its series there. The token is never part of an error message.
+func metricsConfig(cmd *cobra.Command, cfg *server.Config) error {
+	cfg.MetricsListen, cfg.MetricsToken = str(cmd, sMetricsListen), str(cmd, sMetricsToken)
+	if cfg.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(cfg.MetricsListen); err != nil {
+			return configError(sMetricsListen, "%q is not an address such as 127.0.0.1:9090", cfg.MetricsListen)
+		}
+		if cfg.MetricsListen == cfg.Listen {
+			return configError(sMetricsListen, "%q is also --listen; give /metrics an address of its own", cfg.MetricsListen)
+		}
+	}
+	if cfg.MetricsToken != "" && len(cfg.MetricsToken) < 16 {
+		return configError(sMetricsToken, "the token is shorter than 16 characters")
+	}
+	idle, err := duration(cmd, sMetricsRealmIdle)
+	if err != nil {
+		return err
+	}
+	if idle < server.MinMetricsRealmIdle {
+		return configError(sMetricsRealmIdle, "%s is shorter than %s, the least", idle, server.MinMetricsRealmIdle)
+	}
+	cfg.MetricsRealmIdle = idle
 	return nil
 }
 

@@ -53,6 +53,10 @@ func Config(t testing.TB) server.Config {
 		// its own.
 		UnauthenticatedPerSecond: 100_000,
 		UnauthenticatedBurst:     100_000,
+		// Likewise their sign-ins; the sign-in ceilings are tested with
+		// their defaults from addresses of their own.
+		LoginAddressPerMinute: 100_000,
+		LoginAccountPerMinute: 100_000,
 	}
 }
 
