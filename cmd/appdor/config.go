@@ -58,8 +58,16 @@ var (
 	sLoginConcurrency = setting{"login-concurrency", "APPDOR_LOGIN_CONCURRENCY", "0", "sign-in password checks at once; a sign-in that finds none free within 500ms is refused (429); 0 is half the cores"}
 
 	// Before authentication: lookups of tokens and sessions the server does not know.
-	sUnauthRate     = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
-	sUnauthBurst    = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
+	sUnauthRate  = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
+	sUnauthBurst = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
+	// Time bounds of the HTTP server and of its shutdown.
+	sReadHeaderTimeout = setting{"read-header-timeout", "APPDOR_READ_HEADER_TIMEOUT", "5s", "longest a client may take to send a request's headers"}
+	sReadTimeout       = setting{"read-timeout", "APPDOR_READ_TIMEOUT", "30s", "longest a client may take to send a whole request, body included (CSV import: see --stream-timeout)"}
+	sWriteTimeout      = setting{"write-timeout", "APPDOR_WRITE_TIMEOUT", "60s", "longest from a request's headers to the end of its answer (CSV export: see --stream-timeout); longer than --statement-timeout"}
+	sIdleTimeout       = setting{"idle-timeout", "APPDOR_IDLE_TIMEOUT", "2m", "longest a keep-alive connection waits for its next request"}
+	sStreamTimeout     = setting{"stream-timeout", "APPDOR_STREAM_TIMEOUT", "30s", "longest pause between two reads of a CSV import's body or two writes of a CSV export"}
+	sShutdownDrain     = setting{"shutdown-drain", "APPDOR_SHUTDOWN_DRAIN", "10s", "after SIGTERM, how long running requests may finish before they are cancelled (503); the process then closes the pool and exits 0"}
+
 	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client; empty: the client is the direct peer"}
 )
 
@@ -69,7 +77,8 @@ var connSettings = []setting{sDatabaseURL, sRedisURL}
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
 	sFairness, sFairSeats, sFairBgSeats, sFairQueue, sFairWait, sFairRetryAfter,
-	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sTrustedProxies}
+	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sTrustedProxies,
+	sReadHeaderTimeout, sReadTimeout, sWriteTimeout, sIdleTimeout, sStreamTimeout, sShutdownDrain}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -154,7 +163,34 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	if err := unauthenticatedConfig(cmd, &cfg); err != nil {
 		return cfg, err
 	}
+	if err := timeoutConfig(cmd, &cfg); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// timeoutConfig reads the HTTP server's time bounds and the shutdown's drain.
+func timeoutConfig(cmd *cobra.Command, cfg *server.Config) error {
+	for _, d := range []struct {
+		s   setting
+		dst *time.Duration
+	}{
+		{sReadHeaderTimeout, &cfg.ReadHeaderTimeout}, {sReadTimeout, &cfg.ReadTimeout}, {sWriteTimeout, &cfg.WriteTimeout},
+		{sIdleTimeout, &cfg.IdleTimeout}, {sStreamTimeout, &cfg.StreamTimeout}, {sShutdownDrain, &cfg.ShutdownDrain},
+	} {
+		v, err := duration(cmd, d.s)
+		if err != nil {
+			return err
+		}
+		*d.dst = v
+	}
+	// An answer cut by the write deadline is a reset connection, not a 503:
+	// a statement must be able to time out well within it.
+	if cfg.WriteTimeout <= cfg.StatementTimeout+cfg.AcquireTimeout {
+		return configError(sWriteTimeout, "%s is not longer than --statement-timeout plus --acquire-timeout (%s)",
+			cfg.WriteTimeout, cfg.StatementTimeout+cfg.AcquireTimeout)
+	}
+	return nil
 }
 
 // unauthenticatedConfig reads the limit on lookups of unknown credentials per
