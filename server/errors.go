@@ -175,12 +175,10 @@ func connectionLost(err error) bool {
 	if errors.As(err, &connectErr) || errors.Is(err, pgconn.ErrConnClosed) {
 		return true
 	}
-	// A network error or a cut stream counts only when the driver met it (its
-	// errors say whether a retry is safe): the same error from a client's
-	// request body says nothing about the database.
-	var viaDriver interface{ SafeToRetry() bool }
+	// A network error or a cut stream: pgx hands some of them over bare
+	// (reading a batch's results, for one). Body reads, the other source of
+	// such errors, are turned into coded errors where they happen.
 	var opErr *net.OpError
-	return errors.As(err, &viaDriver) &&
-		(errors.As(err, &opErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+	return errors.As(err, &opErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

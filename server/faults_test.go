@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func serve(t *testing.T, redisDown bool, mutate func(*server.Config)) *served {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	app, err := server.New(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	app, err := server.New(ctx, cfg, slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

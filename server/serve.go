@@ -23,7 +23,7 @@ const (
 	DefaultWriteTimeout      = 60 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultStreamTimeout     = 30 * time.Second
-	DefaultShutdownDrain     = 10 * time.Second
+	DefaultShutdownDrain     = 8 * time.Second
 	// cancelGrace is how long requests cancelled at the end of the drain
 	// have to return before their connections are closed under them.
 	cancelGrace = 5 * time.Second

@@ -66,7 +66,7 @@ var (
 	sWriteTimeout      = setting{"write-timeout", "APPDOR_WRITE_TIMEOUT", "60s", "longest from a request's headers to the end of its answer (CSV export: see --stream-timeout); longer than --statement-timeout"}
 	sIdleTimeout       = setting{"idle-timeout", "APPDOR_IDLE_TIMEOUT", "2m", "longest a keep-alive connection waits for its next request"}
 	sStreamTimeout     = setting{"stream-timeout", "APPDOR_STREAM_TIMEOUT", "30s", "longest pause between two reads of a CSV import's body or two writes of a CSV export"}
-	sShutdownDrain     = setting{"shutdown-drain", "APPDOR_SHUTDOWN_DRAIN", "10s", "after SIGTERM, how long running requests may finish before they are cancelled (503); the process then closes the pool and exits 0"}
+	sShutdownDrain     = setting{"shutdown-drain", "APPDOR_SHUTDOWN_DRAIN", "8s", "after SIGTERM, how long running requests may finish before they are cancelled (503); the process then closes the pool and exits 0"}
 
 	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client; empty: the client is the direct peer"}
 )
