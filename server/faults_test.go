@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
@@ -34,6 +35,7 @@ type served struct {
 	token   string
 	tableID string
 	fieldID string
+	app     *server.App
 	stop    context.CancelFunc
 	stopped chan error
 }
@@ -71,6 +73,7 @@ func serve(t *testing.T, redisDown bool, mutate func(*server.Config)) *served {
 	}
 	app, err := server.New(ctx, cfg, slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	require.NoError(t, err)
+	s.app = app
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	s.url = "http://" + ln.Addr().String()
@@ -273,6 +276,13 @@ func TestShutdownCancelsAfterTheDrain(t *testing.T) {
 
 	start := time.Now()
 	s.stop()
+	// While the drain lasts the listener is closed; a load balancer that still
+	// asks (here: the handler itself) is told to stop sending.
+	time.Sleep(50 * time.Millisecond)
+	rec := httptest.NewRecorder()
+	s.app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.JSONEq(t, `{"status":"shutting down"}`, rec.Body.String())
 	var res result
 	select {
 	case res = <-imported:

@@ -19,7 +19,7 @@ import (
 // Defaults of the HTTP server's time bounds (Config).
 const (
 	DefaultReadHeaderTimeout = 5 * time.Second
-	DefaultReadTimeout       = 30 * time.Second
+	DefaultReadTimeout       = 10 * time.Second
 	DefaultWriteTimeout      = 60 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultStreamTimeout     = 30 * time.Second

@@ -62,7 +62,7 @@ var (
 	sUnauthBurst = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
 	// Time bounds of the HTTP server and of its shutdown.
 	sReadHeaderTimeout = setting{"read-header-timeout", "APPDOR_READ_HEADER_TIMEOUT", "5s", "longest a client may take to send a request's headers"}
-	sReadTimeout       = setting{"read-timeout", "APPDOR_READ_TIMEOUT", "30s", "longest a client may take to send a whole request, body included (CSV import: see --stream-timeout)"}
+	sReadTimeout       = setting{"read-timeout", "APPDOR_READ_TIMEOUT", "10s", "longest a client may take to send a whole request, body included, which bounds how long a slow body holds a seat (CSV import: see --stream-timeout)"}
 	sWriteTimeout      = setting{"write-timeout", "APPDOR_WRITE_TIMEOUT", "60s", "longest from a request's headers to the end of its answer (CSV export: see --stream-timeout); longer than --statement-timeout"}
 	sIdleTimeout       = setting{"idle-timeout", "APPDOR_IDLE_TIMEOUT", "2m", "longest a keep-alive connection waits for its next request"}
 	sStreamTimeout     = setting{"stream-timeout", "APPDOR_STREAM_TIMEOUT", "30s", "longest pause between two reads of a CSV import's body or two writes of a CSV export"}
