@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor"

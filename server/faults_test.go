@@ -11,8 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +36,7 @@ type served struct {
 	tableID string
 	fieldID string
 	app     *server.App
+	logs    *logBuffer
 	stop    context.CancelFunc
 	stopped chan error
 }
@@ -71,7 +72,13 @@ func serve(t *testing.T, redisDown bool, mutate func(*server.Config)) *served {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	app, err := server.New(ctx, cfg, slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	s.logs = &logBuffer{}
+	app, err := server.New(ctx, cfg, slog.New(slog.NewJSONHandler(s.logs, nil)))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", s.logs.String())
+		}
+	})
 	require.NoError(t, err)
 	s.app = app
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -111,6 +118,29 @@ func serve(t *testing.T, redisDown bool, mutate func(*server.Config)) *served {
 		s.tableID, s.fieldID = table.ID, table.Fields[0].ID
 	}
 	return s
+}
+
+// logBuffer holds a server's log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// count is how many lines have msg as their message.
+func (l *logBuffer) count(msg string) int {
+	return strings.Count(l.String(), `"msg":"`+msg)
 }
 
 type answer struct {
@@ -374,5 +404,6 @@ func TestSlowClientsAreCut(t *testing.T) {
 		res := importSlowly(time.Second)
 		require.Less(t, time.Since(start), 3*time.Second)
 		require.True(t, res.err != nil || res.status >= 400, "a stalled import is not served: %+v", res)
+		require.Equal(t, 1, s.logs.count("stream_timeout"), "the cut is logged, with its setting")
 	})
 }

@@ -8,41 +8,35 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// connectRedis makes the App's Redis client. A Redis that does not answer at start
-// does not stop the server: what needs Redis (the rate limiter) fails open
-// and the client dials again on its next call, so the server serves degraded
-// (see readyz) until Redis is back. down is why it did not answer, nil when
-// it did. A URL that does not parse, or a Redis that answers with an error
-// (a wrong password), is a configuration error and fails the start.
-func (a *App) connectRedis(ctx context.Context) (down error, err error) {
-	a.redis, down, err = dialRedis(a.cfg.RedisURL)
-	return down, err
-}
-
-func dialRedis(rawURL string) (client rueidis.Client, down error, err error) {
-	opt, err := rueidis.ParseURL(rawURL)
+// connectRedis makes the App's Redis client. A Redis that does not answer at
+// start does not stop the server: what needs Redis (the rate limiter) fails
+// open and the client dials again on its next call, so the server serves
+// degraded (see readyz) until Redis is back. down is why it did not answer,
+// nil when it did. A URL that does not parse, or a Redis that answers with an
+// error (a wrong password), is a configuration error and fails the start.
+func (a *App) connectRedis() (down error, err error) {
+	url := a.cfg.RedisURL
+	opt, err := rueidis.ParseURL(url)
 	if err != nil {
-		return nil, nil, &ConnectError{Service: "redis", URL: Redact(rawURL), Err: err}
+		return nil, &ConnectError{Service: "redis", URL: Redact(url), Err: err}
 	}
 	opt.DisableCache = true
 	opt.Dialer.Timeout = 2 * time.Second
 	opt.ConnWriteTimeout = 2 * time.Second
-	client, err = rueidis.NewClient(opt)
-	if err == nil {
-		return client, nil, nil
+	if a.redis, err = rueidis.NewClient(opt); err == nil {
+		return nil, nil
 	}
 	if _, answered := rueidis.IsRedisErr(err); answered {
-		return nil, nil, &ConnectError{Service: "redis", URL: Redact(rawURL), Err: err}
+		return nil, &ConnectError{Service: "redis", URL: Redact(url), Err: err}
 	}
 	// Unreachable. Without a first answer rueidis cannot tell a cluster from
-	// a single Redis; a single client is the one it can make without one,
-	// and it reconnects by itself.
+	// a single Redis; a single client is the one it makes without one (it
+	// returns it with the dial's error), and it reconnects by itself.
 	opt.ForceSingleClient = true
-	client, _ = rueidis.NewClient(opt)
-	if client == nil {
-		return nil, nil, &ConnectError{Service: "redis", URL: Redact(rawURL), Err: err}
+	if a.redis, _ = rueidis.NewClient(opt); a.redis == nil {
+		return nil, &ConnectError{Service: "redis", URL: Redact(url), Err: err}
 	}
-	return client, err, nil
+	return err, nil
 }
 
 // reportRedis says once at start that Redis is not there: through the

@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/appdor/appdor"
 )
@@ -108,26 +110,42 @@ func streamedCSV(c echo.Context) bool {
 // that stalls for --stream-timeout ends. Once the request is cancelled (the
 // client went away, or the shutdown's drain is over) the body's next read
 // returns at once, even a read waiting on the network.
-func (a *App) streamDeadlines(next echo.HandlerFunc) echo.HandlerFunc {
+func (a *App) streamDeadlines() echo.MiddlewareFunc {
 	idle := orDefault(a.cfg.StreamTimeout, DefaultStreamTimeout)
-	return func(c echo.Context) error {
-		if !streamedCSV(c) {
+	timeouts := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "appdor_stream_timeouts_total",
+		Help: "CSV imports and exports cut because the client paused longer than --stream-timeout.",
+	})
+	a.metrics.MustRegister(timeouts)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if !streamedCSV(c) {
+				return next(c)
+			}
+			req, res := c.Request(), c.Response()
+			rc := http.NewResponseController(res.Writer)
+			extend := func() {
+				at := time.Now().Add(idle)
+				_ = rc.SetReadDeadline(at)
+				_ = rc.SetWriteDeadline(at)
+			}
+			extend()
+			ctx := req.Context()
+			stop := context.AfterFunc(ctx, func() { _ = rc.SetReadDeadline(time.Now()) })
+			defer stop()
+			timedOut := func(err error, since time.Time) {
+				if errors.Is(err, os.ErrDeadlineExceeded) && time.Since(since) >= idle {
+					timeouts.Inc()
+					a.log.Warn("stream_timeout: the client paused longer than the stream timeout; its connection is closed",
+						slog.String("request_id", requestID(c)), slog.String("method", req.Method), slog.String("route", c.Path()),
+						slog.Duration("stream_timeout", idle), slog.String("flag", "stream-timeout"))
+				}
+			}
+			req.Body = &streamBody{ReadCloser: req.Body, ctx: ctx, draining: &a.draining, extend: extend, timedOut: timedOut}
+			res.Writer = &streamWriter{ResponseWriter: res.Writer, timedOut: timedOut,
+				extend: func() { _ = rc.SetWriteDeadline(time.Now().Add(idle)) }}
 			return next(c)
 		}
-		req, res := c.Request(), c.Response()
-		rc := http.NewResponseController(res.Writer)
-		extend := func() {
-			at := time.Now().Add(idle)
-			_ = rc.SetReadDeadline(at)
-			_ = rc.SetWriteDeadline(at)
-		}
-		extend()
-		ctx := req.Context()
-		stop := context.AfterFunc(ctx, func() { _ = rc.SetReadDeadline(time.Now()) })
-		defer stop()
-		req.Body = &streamBody{ReadCloser: req.Body, ctx: ctx, draining: &a.draining, extend: extend}
-		res.Writer = &streamWriter{ResponseWriter: res.Writer, extend: func() { _ = rc.SetWriteDeadline(time.Now().Add(idle)) }}
-		return next(c)
 	}
 }
 
@@ -136,6 +154,7 @@ type streamBody struct {
 	ctx      context.Context // the request's
 	draining *atomic.Bool
 	extend   func()
+	timedOut func(err error, since time.Time)
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
@@ -143,8 +162,10 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	b.extend()
+	start := time.Now()
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
+		b.timedOut(err, start)
 		if serr := b.stopped(); serr != nil {
 			return n, serr
 		}
@@ -173,12 +194,18 @@ func (e shutdownCanceled) Unwrap() []error { return []error{e.coded, context.Can
 
 type streamWriter struct {
 	http.ResponseWriter
-	extend func()
+	extend   func()
+	timedOut func(err error, since time.Time)
 }
 
 func (w *streamWriter) Write(p []byte) (int, error) {
 	w.extend()
-	return w.ResponseWriter.Write(p)
+	start := time.Now()
+	n, err := w.ResponseWriter.Write(p)
+	if err != nil {
+		w.timedOut(err, start)
+	}
+	return n, err
 }
 
 func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -169,7 +169,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, &ConnectError{Service: "database", URL: Redact(cfg.DatabaseURL), Err: err}
 	}
 
-	redisDown, err := a.connectRedis(ctx)
+	redisDown, err := a.connectRedis()
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ func (a *App) routes() {
 	}))
 	e.Use(a.observe)
 	e.Use(a.accessLog)
-	e.Use(a.streamDeadlines) // CSV import and export: deadlines of their own
+	e.Use(a.streamDeadlines()) // CSV import and export: deadlines of their own
 	// The CSV import streams its body and bounds it itself (grid.OwnsBodyLimit).
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: a.cfg.BodyLimit, Skipper: grid.OwnsBodyLimit}))
 
