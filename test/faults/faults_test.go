@@ -8,8 +8,9 @@
 // lost, and the server recovered by itself; the figures are logged.
 //
 // It needs what the other tests need (APPDOR_TEST_DATABASE_URL, a role that
-// may create databases) and redis-server on PATH, and fails saying so when
-// either is missing. It never touches another database or the shared Redis.
+// may create databases) and redis-server (on PATH, or its path in
+// APPDOR_TEST_REDIS_SERVER), and fails saying so when either is missing. It
+// never touches another database or the shared Redis.
 package faults
 
 import (
@@ -64,6 +65,7 @@ type traffic struct {
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	acked     [2]atomic.Int64 // writes answered 201, per realm
+	report    []string        // a line per fault survived
 	attempted [2]atomic.Int64 // writes sent, per realm
 }
 
@@ -169,7 +171,9 @@ func (tr *traffic) phase(t *testing.T, name string, fault func(t *testing.T)) {
 	}
 	time.Sleep(300 * time.Millisecond) // and traffic goes on
 	tr.cur.Store(&tally{statuses: map[string]int{}})
-	t.Logf("%s: recovered %v after the fault; requests by status: %s", name, recovered.Round(time.Millisecond), tl)
+	line := fmt.Sprintf("%s: recovered %v after the fault; requests by status: %s", name, recovered.Round(time.Millisecond), tl)
+	t.Log(line)
+	tr.report = append(tr.report, line)
 	require.Empty(t, tl.bad, "%s: answers that are not a 2xx, a 429 or a 503 with Retry-After", name)
 	require.Less(t, recovered, 10*time.Second, "%s: recovery", name)
 	tr.checkRows(t, name)
@@ -275,7 +279,11 @@ func TestFaults(t *testing.T) {
 		require.GreaterOrEqual(t, n, b.inserted, "what the cancelled import reported is there")
 		require.Zero(t, n%1000, "a cancelled import leaves whole batches: %d rows", n)
 		tr.checkRows(t, "sigterm")
+		tr.report = append(tr.report, fmt.Sprintf("sigterm: exit 0 after %v; requests by status: %s", exited.Round(time.Millisecond), tl))
 	})
+	if !t.Failed() {
+		t.Logf("faults survived: %d\n%s", len(tr.report), strings.Join(tr.report, "\n"))
+	}
 }
 
 // imported is a CSV import's answer.

@@ -71,11 +71,19 @@ type redisServer struct {
 	cmd  *exec.Cmd
 }
 
+// redisServerEnv names the redis-server binary when it is not on PATH.
+const redisServerEnv = "APPDOR_TEST_REDIS_SERVER"
+
 func startRedis(t *testing.T) *redisServer {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	name := "redis-server"
+	if v := os.Getenv(redisServerEnv); v != "" {
+		name = v
+	}
+	bin, err := exec.LookPath(name)
 	if err != nil {
-		t.Fatalf("the fault suite starts a Redis of its own and needs redis-server on PATH (Debian: apt-get install redis-server): %v", err)
+		t.Fatalf("the fault suite starts a Redis of its own, to stop it: it needs redis-server on PATH or its path in %s (Debian: apt-get install redis-server): %v",
+			redisServerEnv, err)
 	}
 	r := &redisServer{t: t, bin: bin, port: freePort(t)}
 	r.start()
