@@ -86,6 +86,37 @@ func (tr *traffic) halt() {
 	tr.wg.Wait()
 }
 
+// burst starts one reader in each of the stack's extra realms until the
+// returned function is called. A realm with one request at a time is always
+// sparse to the fairness controller, so together they take more seats than
+// the pool has connections.
+func (tr *traffic) burst() (end func()) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, r := range tr.s.extra {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				a := tr.record(fmt.Sprintf("GET rows (%s)", r.name),
+					send(tr.s.base, "GET", "/api/v1/tables/"+r.tableID+"/rows?limit=50", r.token, "", nil))
+				if a.err != nil || a.status == http.StatusTooManyRequests {
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	return func() {
+		close(stop)
+		wg.Wait()
+	}
+}
+
 func (tr *traffic) worker(i, w int) {
 	defer tr.wg.Done()
 	r := tr.s.realms[i]
@@ -137,6 +168,10 @@ func (tr *traffic) record(what string, a answer) answer {
 		key = fmt.Sprint(a.status)
 	case a.status == http.StatusServiceUnavailable && a.retryAfter != "":
 		key = "503"
+		var e struct{ Error struct{ Message string } }
+		if json.Unmarshal(a.body, &e) == nil && e.Error.Message != "" {
+			key = fmt.Sprintf("503 (%s)", e.Error.Message)
+		}
 	default:
 		key, bad = fmt.Sprint(a.status), fmt.Sprintf("%s: %d (Retry-After %q): %.300s", what, a.status, a.retryAfter, a.body)
 	}
@@ -152,7 +187,7 @@ func (tr *traffic) record(what string, a answer) answer {
 // phase runs fault under the traffic, then waits until the server has
 // recovered by itself (ready, and a write of each realm answered 201),
 // and checks and logs what the traffic got.
-func (tr *traffic) phase(t *testing.T, name string, fault func(t *testing.T)) {
+func (tr *traffic) phase(t *testing.T, name string, fault func(t *testing.T)) *tally {
 	tl := &tally{statuses: map[string]int{}}
 	tr.cur.Store(tl)
 	time.Sleep(500 * time.Millisecond) // steady traffic first
@@ -177,6 +212,7 @@ func (tr *traffic) phase(t *testing.T, name string, fault func(t *testing.T)) {
 	require.Empty(t, tl.bad, "%s: answers that are not a 2xx, a 429 or a 503 with Retry-After", name)
 	require.Less(t, recovered, 10*time.Second, "%s: recovery", name)
 	tr.checkRows(t, name)
+	return tl
 }
 
 // checkRows: every acknowledged write is there, and nothing beyond what was
@@ -228,14 +264,28 @@ func TestFaults(t *testing.T) {
 	})
 
 	t.Run("pool filled by a held lock", func(t *testing.T) {
-		tr.phase(t, "lock", func(t *testing.T) {
+		tl := tr.phase(t, "lock", func(t *testing.T) {
 			tx, err := s.pool.Begin(ctx)
 			require.NoError(t, err)
 			_, err = tx.Exec(ctx, `LOCK TABLE rows IN ACCESS EXCLUSIVE MODE`)
 			require.NoError(t, err)
-			time.Sleep(3 * time.Second) // past --statement-timeout: requests wait, then are answered 503
+			// More requests than the pool has connections: those admitted
+			// wait on the lock until --statement-timeout, the others for a
+			// connection until --acquire-timeout; each is answered 503.
+			end := tr.burst()
+			time.Sleep(3 * time.Second)
 			require.NoError(t, tx.Rollback(ctx))
+			end()
 		})
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		n := 0
+		for k, v := range tl.statuses {
+			if strings.HasPrefix(k, "503") {
+				n += v
+			}
+		}
+		require.NotZero(t, n, "the lock was felt: requests waited, then were answered 503")
 	})
 
 	t.Run("SIGTERM during CSV imports", func(t *testing.T) {

@@ -44,6 +44,7 @@ type stack struct {
 	base    string
 	logPath string
 	realms  [2]*realm
+	extra   []*realm // realms that join for the held-lock fault only
 }
 
 // realm is one tenant the traffic writes to, with its table.
@@ -145,7 +146,8 @@ func setup(t *testing.T) *stack {
 	t.Cleanup(s.pool.Close)
 
 	ten := tenancy.New(s.pool)
-	for i := range s.realms {
+	all := make([]*realm, len(s.realms)+extraRealms)
+	for i := range all {
 		r, err := ten.CreateRealm(ctx, fmt.Sprintf("faults %d", i))
 		require.NoError(t, err)
 		email := fmt.Sprintf("owner%d@faults.test", i)
@@ -153,14 +155,20 @@ func setup(t *testing.T) *stack {
 		require.NoError(t, err)
 		_, secret, err := ten.CreateToken(ctx, r.ID, email, "traffic", nil)
 		require.NoError(t, err)
-		s.realms[i] = &realm{name: fmt.Sprintf("realm%d", i), token: secret}
+		all[i] = &realm{name: fmt.Sprintf("realm%d", i), token: secret}
 	}
+	copy(s.realms[:], all)
+	s.extra = all[len(s.realms):]
 	s.startServer()
-	for _, r := range s.realms {
+	for _, r := range all {
 		r.tableID, r.fieldID = s.createTable(r.token, "traffic")
 	}
 	return s
 }
+
+// extraRealms is how many realms join the held-lock fault: with the two of
+// the traffic, more requests than the pool has connections.
+const extraRealms = 6
 
 // Settings of the server under test: short bounds, so a fault is felt and
 // answered within the suite's time.
@@ -168,7 +176,8 @@ var serverSettings = []string{
 	"APPDOR_ACQUIRE_TIMEOUT=500ms",
 	"APPDOR_STATEMENT_TIMEOUT=2s",
 	"APPDOR_SHUTDOWN_DRAIN=3s",
-	"APPDOR_DB_MAX_CONNS=8",
+	"APPDOR_DB_MAX_CONNS=4",
+	"APPDOR_FAIRNESS_SEATS=6", // more than the pool: the held lock fills it
 	"APPDOR_MIGRATE=false",
 	"APPDOR_LOG_LEVEL=info",
 	"APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND=1000",
