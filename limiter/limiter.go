@@ -359,6 +359,7 @@ func (l *Limiter) decide(ctx context.Context, realm string, keys, args []string,
 // the next call. The outage is logged once, not once per request.
 func (l *Limiter) failOpen(realm string, scope Scope, err error, pause bool) Decision {
 	l.decisions.WithLabelValues(realm, string(scope), "error").Inc()
+	l.outage.failed.Add(1)
 	if pause {
 		l.pausedUntil.Store(time.Now().UnixNano() + int64(l.pause))
 	}
@@ -387,12 +388,11 @@ type outage struct {
 	down     atomic.Bool  // the last call failed
 	warned   atomic.Bool  // this outage's start was logged; its end will be
 	lastWarn atomic.Int64 // unix ns of the last start logged
-	failed   atomic.Int64 // calls failed open during this outage
+	failed   atomic.Int64 // decisions failed open during this outage
 }
 
-// unreachable counts a failed call; the first of an outage logs it.
+// unreachable notes a failed call; the first of an outage logs it.
 func (l *Limiter) unreachable(err error) {
-	l.outage.failed.Add(1)
 	if errors.Is(err, errPaused) || !l.outage.down.CompareAndSwap(false, true) {
 		return
 	}
