@@ -128,6 +128,8 @@ type App struct {
 	draining     atomic.Bool // a shutdown has begun: not ready
 	databaseDown atomic.Bool // the last readiness check found PostgreSQL down
 	inFlight     atomic.Int64
+	streams      context.Context // done once the shutdown stops CSV imports (streamBody)
+	stopStreams  context.CancelFunc
 }
 
 // New connects to PostgreSQL and Redis, migrates when asked (or checks that
@@ -136,6 +138,7 @@ type App struct {
 // degraded (see connectRedis).
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a := &App{cfg: cfg, log: log, metrics: prometheus.NewRegistry()}
+	a.streams, a.stopStreams = context.WithCancel(context.Background())
 	ok := false
 	defer func() {
 		if !ok {
