@@ -91,7 +91,7 @@ type Config struct {
 	RealmLimit       int           // default realm ceiling per minute; 0 for DefaultRealmLimit
 	Timeout          time.Duration // per Redis call; 0 for DefaultTimeout
 	Pause            time.Duration // after a Redis failure, fail open without asking for this long
-	ErrorLogInterval time.Duration // at most one "redis unreachable" line, and one address episode line, per interval
+	ErrorLogInterval time.Duration // at most one "redis unreachable" line (one per outage), and one address episode line, per interval
 	// UnauthenticatedPerSecond is how many lookups of unknown credentials a
 	// client address may cause a second (AllowAddress); 0 turns it off.
 	UnauthenticatedPerSecond int
@@ -116,9 +116,8 @@ type Limiter struct {
 	decisions *prometheus.CounterVec
 	latency   prometheus.Histogram
 
-	pausedUntil atomic.Int64          // unix ns; Redis is not asked before then
-	failing     atomic.Bool           // the last call failed; the next success is logged
-	errorLog    *appdor.EveryInterval // the "redis unreachable" line
+	pausedUntil atomic.Int64 // unix ns; Redis is not asked before then
+	outage      outage       // Redis unreachable: one WARN when it starts, one INFO when it ends
 	// episodeLogs rate-limit the line of a refusal episode of the ceilings
 	// that have no realm (and no audit row), per scope.
 	episodeLogs map[Scope]*appdor.EveryInterval
@@ -170,7 +169,7 @@ func New(cfg Config) *Limiter {
 	if l.logInterval <= 0 {
 		l.logInterval = DefaultErrorLogInterval
 	}
-	l.errorLog = &appdor.EveryInterval{Interval: l.logInterval}
+	l.outage.interval = int64(l.logInterval)
 	l.episodeLogs = map[Scope]*appdor.EveryInterval{}
 	for _, s := range []Scope{ScopeUnauthenticated, ScopeLoginAddress, ScopeLoginAccount} {
 		l.episodeLogs[s] = &appdor.EveryInterval{Interval: l.logInterval}
@@ -335,9 +334,7 @@ func (l *Limiter) decide(ctx context.Context, realm string, keys, args []string,
 		paused := ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded)
 		return l.failOpen(realm, scopes[0], err, paused), false
 	}
-	if l.failing.CompareAndSwap(true, false) {
-		l.log.Info("limiter: redis answers again; deciding requests", slog.Int64("failed_decisions", l.errorLog.Reset()))
-	}
+	l.reachable()
 
 	i := vals[1] - 1
 	d = Decision{
@@ -357,23 +354,66 @@ func (l *Limiter) decide(ctx context.Context, realm string, keys, args []string,
 	return d, true
 }
 
-// failOpen allows a request the limiter could not decide, counts it, logs at
-// most once per interval, and (pause: the connection to Redis failed) leaves
-// Redis alone for a moment, so that a Redis that is gone costs requests
-// nothing while rueidis reconnects on the next call.
+// failOpen allows a request the limiter could not decide, counts it, and
+// (pause: the connection to Redis failed) leaves Redis alone for a moment, so
+// that a Redis that is gone costs requests nothing while rueidis reconnects on
+// the next call. The outage is logged once, not once per request.
 func (l *Limiter) failOpen(realm string, scope Scope, err error, pause bool) Decision {
 	l.decisions.WithLabelValues(realm, string(scope), "error").Inc()
-	now := time.Now()
+	l.outage.failed.Add(1)
 	if pause {
-		l.pausedUntil.Store(now.UnixNano() + int64(l.pause))
+		l.pausedUntil.Store(time.Now().UnixNano() + int64(l.pause))
 	}
-	if !errors.Is(err, errPaused) {
-		l.failing.Store(true)
-	}
-	if ok, n := l.errorLog.Take(now); ok {
-		l.log.Warn("limiter: redis unreachable; allowing requests unlimited",
-			slog.String("error", err.Error()), slog.Int64("failed_decisions", n),
-			slog.Duration("log_interval", l.logInterval))
-	}
+	l.unreachable(err)
 	return Decision{Allowed: true, Scope: scope, Err: err}
+}
+
+// Ping asks Redis whether it answers within ctx, and logs an outage's start
+// or end as the limiter's own calls do. The server calls it at start and from
+// its readiness check, so an outage is logged even when no request comes.
+func (l *Limiter) Ping(ctx context.Context) error {
+	err := l.client.Do(ctx, l.client.B().Ping().Build()).Error()
+	if err != nil {
+		l.unreachable(err)
+		return err
+	}
+	l.reachable()
+	return nil
+}
+
+// outage tracks one period of Redis not answering: its start is logged once
+// (WARN), its end once (INFO, with the decisions it failed open), and a
+// Redis that flaps logs a new start at most once per interval.
+type outage struct {
+	interval int64        // ns between two logged starts
+	down     atomic.Bool  // the last call failed
+	warned   atomic.Bool  // this outage's start was logged; its end will be
+	lastWarn atomic.Int64 // unix ns of the last start logged
+	failed   atomic.Int64 // decisions failed open during this outage
+}
+
+// unreachable notes a failed call; the first of an outage logs it.
+func (l *Limiter) unreachable(err error) {
+	if errors.Is(err, errPaused) || !l.outage.down.CompareAndSwap(false, true) {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := l.outage.lastWarn.Load()
+	if now-last < l.outage.interval || !l.outage.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	l.outage.warned.Store(true)
+	l.log.Warn("limiter: redis unreachable; allowing requests unlimited",
+		slog.String("error", err.Error()))
+}
+
+// reachable ends an outage, logging its end when its start was logged.
+func (l *Limiter) reachable() {
+	if !l.outage.down.CompareAndSwap(true, false) {
+		return
+	}
+	n := l.outage.failed.Swap(0)
+	if l.outage.warned.Swap(false) {
+		l.log.Info("limiter: redis answers again; deciding requests", slog.Int64("failed_decisions", n))
+	}
 }

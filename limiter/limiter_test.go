@@ -426,3 +426,64 @@ func TestKeys(t *testing.T) {
 	require.Equal(t, "appdor:quota:{"+realm.String()+"}", rk)
 	require.Empty(t, tk)
 }
+
+// TestOutageLoggedOnce: Redis going away is one WARN however many requests
+// fail open, its return one INFO, and the limiter decides again by itself,
+// on the same client, once Redis answers.
+func TestOutageLoggedOnce(t *testing.T) {
+	t.Parallel()
+	opt, err := rueidis.ParseURL(testenv.RedisURL(t))
+	require.NoError(t, err)
+	proxy := testenv.NewProxy(t, opt.InitAddress[0])
+	opt.InitAddress = []string{proxy.Addr()}
+	opt.DisableCache = true
+	client, err := rueidis.NewClient(opt)
+	require.NoError(t, err)
+	defer client.Close()
+	var warned, back atomic.Int64
+	lim := limiter.New(limiter.Config{
+		Client: client,
+		Pause:  10 * time.Millisecond,
+		Log: slog.New(multiHandler{
+			countingHandler{msg: "limiter: redis unreachable; allowing requests unlimited", n: &warned},
+			countingHandler{msg: "limiter: redis answers again; deciding requests", n: &back},
+		}),
+		ErrorLogInterval: time.Millisecond,
+	})
+	defer lim.Close()
+	s := limiter.Subject{Realm: uuid.New(), Token: uuid.New(), TokenLimit: 1000}
+	ctx := context.Background()
+	require.NoError(t, lim.Allow(ctx, s).Err)
+
+	for outage := 1; outage <= 2; outage++ {
+		proxy.Down()
+		for range 100 {
+			d := lim.Allow(ctx, s)
+			require.True(t, d.Allowed, "fail open")
+			require.Error(t, d.Err)
+		}
+		require.Error(t, lim.Ping(ctx))
+		require.Equal(t, int64(outage), warned.Load(), "one WARN per outage, not one per request")
+		require.Equal(t, int64(outage-1), back.Load())
+
+		proxy.Up()
+		require.Eventually(t, func() bool { return lim.Allow(ctx, s).Err == nil }, 10*time.Second, 20*time.Millisecond,
+			"the limiter decides again once Redis answers")
+		require.NoError(t, lim.Ping(ctx))
+		require.Equal(t, int64(outage), back.Load(), "one INFO when Redis is back")
+		require.Equal(t, int64(outage), warned.Load())
+	}
+}
+
+// multiHandler hands each record to every handler.
+type multiHandler []slog.Handler
+
+func (m multiHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (m multiHandler) Handle(ctx context.Context, r slog.Record) error {
+	for _, h := range m {
+		_ = h.Handle(ctx, r)
+	}
+	return nil
+}
+func (m multiHandler) WithAttrs([]slog.Attr) slog.Handler { return m }
+func (m multiHandler) WithGroup(string) slog.Handler      { return m }

@@ -3,10 +3,15 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
+	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor"
@@ -86,6 +91,8 @@ func (a *App) errorHandler(err error, c echo.Context) {
 	case errors.As(err, &ae):
 	case errors.As(err, &he) && fromEcho(he) != nil:
 		ae = fromEcho(he)
+	case unavailable(err, a.draining.Load()) != nil:
+		ae = unavailable(err, a.draining.Load())
 	case errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil:
 		// The client went away; nobody is left to answer.
 		a.log.Debug("request canceled by client", "request_id", requestID(c))
@@ -135,4 +142,43 @@ func (a *App) logUnavailable(c echo.Context, ae *appdor.Error) {
 	a.log.Warn("unavailable", slog.String("request_id", requestID(c)), slog.String("route", c.Path()),
 		slog.String("reason", ae.Message), slog.Int64("count", n),
 		slog.String("settings", "acquire-timeout, statement-timeout, db-max-conns"))
+}
+
+// unavailable is the 503 for an error that says nothing about the request
+// and everything about the moment: the connection to PostgreSQL went away
+// (a restart, an administrator's pg_terminate_backend, a network cut, a
+// refused dial when the pool reconnects), or the server cancelled the request
+// because it is shutting down. The pool replaces broken connections by
+// itself, so the client is told to retry shortly. nil for any other error.
+func unavailable(err error, shuttingDown bool) *appdor.Error {
+	if shuttingDown && errors.Is(err, context.Canceled) {
+		return &appdor.Error{Code: appdor.EUnavailable, Message: "the server is shutting down; retry shortly", RetryAfter: time.Second}
+	}
+	if connectionLost(err) {
+		return &appdor.Error{Code: appdor.EUnavailable, Message: "the database connection was lost; retry shortly", RetryAfter: time.Second}
+	}
+	return nil
+}
+
+// connectionLost says whether err means the connection to PostgreSQL, not
+// the statement, failed.
+func connectionLost(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+			return true
+		}
+		return strings.HasPrefix(pgErr.Code, "08") // connection_exception
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) || errors.Is(err, pgconn.ErrConnClosed) {
+		return true
+	}
+	// A network error or a cut stream: pgx hands some of them over bare
+	// (reading a batch's results, for one). Body reads, the other source of
+	// such errors, are turned into coded errors where they happen.
+	var opErr *net.OpError
+	return errors.As(err, &opErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

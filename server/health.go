@@ -16,24 +16,44 @@ func (a *App) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz says whether PostgreSQL and Redis both answer within a second.
+// readyz says whether this replica should get traffic: 200 "ready" when
+// PostgreSQL and Redis answer within a second; 200 "degraded" when only Redis
+// does not (the limiter fails open and the rest works, so a load balancer
+// should keep sending requests); 503 "not ready" when PostgreSQL does not, and
+// 503 "shutting down" once a shutdown has begun. The body names what is down.
 func (a *App) readyz(c echo.Context) error {
+	if a.draining.Load() {
+		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "shutting down"})
+	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), time.Second)
 	defer cancel()
 	checks := map[string]string{"database": "ok", "redis": "ok"}
-	status := http.StatusOK
-	if err := a.pool.Ping(ctx); err != nil {
+	redisErr := make(chan error, 1)
+	go func() { redisErr <- a.pingRedis(ctx) }()
+	dbErr := a.pool.Ping(ctx)
+	if dbErr != nil {
 		checks["database"] = "unreachable"
-		status = http.StatusServiceUnavailable
 	}
-	if err := a.redis.Do(ctx, a.redis.B().Ping().Build()).Error(); err != nil {
+	if <-redisErr != nil {
 		checks["redis"] = "unreachable"
-		status = http.StatusServiceUnavailable
 	}
-	if status != http.StatusOK {
-		a.log.Warn("not ready", slog.Any("checks", checks))
+	status, code := "ready", http.StatusOK
+	switch {
+	case dbErr != nil:
+		status, code = "not ready", http.StatusServiceUnavailable
+	case checks["redis"] != "ok":
+		status = "degraded"
 	}
-	return c.JSON(status, map[string]any{"status": map[bool]string{true: "ready", false: "not ready"}[status == http.StatusOK], "checks": checks})
+	// Redis's outages are the limiter's to log; the database's are logged
+	// here, once when they start and once when they end.
+	if down := dbErr != nil; a.databaseDown.Swap(down) != down {
+		if down {
+			a.log.Warn("not ready: the database does not answer", slog.String("error", dbErr.Error()))
+		} else {
+			a.log.Info("ready: the database answers again")
+		}
+	}
+	return c.JSON(code, map[string]any{"status": status, "checks": checks})
 }
 
 // accessLog writes one JSON line per request with its request id and realm.

@@ -86,6 +86,14 @@ type Config struct {
 	// MetricsRealmIdle is how long a realm sends no request before its
 	// series leave /metrics; 0 for DefaultMetricsRealmIdle.
 	MetricsRealmIdle time.Duration
+
+	// Time bounds of the HTTP server (zero: the Default* of serve.go).
+	// StreamTimeout replaces Read and WriteTimeout on the streamed CSV routes,
+	// as the longest pause between two reads or writes. ShutdownDrain is how
+	// long running requests may finish after a SIGTERM before they are
+	// cancelled.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	StreamTimeout, ShutdownDrain                              time.Duration
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -135,13 +143,22 @@ type App struct {
 	// statement timeouts): one line a second, with how many it stands for.
 	unavailableLast  atomic.Int64
 	unavailableCount atomic.Int64
+
+	// Shutdown and readiness (ServeListener, readyz).
+	draining     atomic.Bool // a shutdown has begun: not ready
+	databaseDown atomic.Bool // the last readiness check found PostgreSQL down
+	inFlight     atomic.Int64
+	streams      context.Context // done once the shutdown stops CSV imports (streamBody)
+	stopStreams  context.CancelFunc
 }
 
 // New connects to PostgreSQL and Redis, migrates when asked (or checks that
 // the schema is current), and builds the router. It fails with a
-// *ConnectError when a service does not answer.
+// *ConnectError when PostgreSQL does not answer; without Redis it starts
+// degraded (see connectRedis).
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a := &App{cfg: cfg, log: log, metrics: prometheus.NewRegistry(), realms: newRealmSeries(cfg.MetricsRealmIdle)}
+	a.streams, a.stopStreams = context.WithCancel(context.Background())
 	ok := false
 	defer func() {
 		if !ok {
@@ -180,15 +197,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, &ConnectError{Service: "database", URL: Redact(cfg.DatabaseURL), Err: err}
 	}
 
-	ropt, err := rueidis.ParseURL(cfg.RedisURL)
+	redisDown, err := a.connectRedis()
 	if err != nil {
-		return nil, &ConnectError{Service: "redis", URL: Redact(cfg.RedisURL), Err: err}
-	}
-	ropt.DisableCache = true
-	ropt.Dialer.Timeout = 2 * time.Second
-	ropt.ConnWriteTimeout = 2 * time.Second
-	if a.redis, err = rueidis.NewClient(ropt); err != nil {
-		return nil, &ConnectError{Service: "redis", URL: Redact(cfg.RedisURL), Err: err}
+		return nil, err
 	}
 
 	if err := a.prepareSchema(ctx); err != nil {
@@ -199,6 +210,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.tenancy = tenancy.New(a.pool)
 	a.tenancy.UseDB(a.db)
 	a.startLimiter(ctx)
+	a.reportRedis(ctx, redisDown)
 	a.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.setupMetrics()
 	a.setupFairness()
@@ -309,6 +321,7 @@ func (a *App) routes() {
 	e.Use(a.observe)
 	e.Use(a.accessLog)
 	e.Use(a.secureHeaders())
+	e.Use(a.streamDeadlines()) // CSV import and export: deadlines of their own
 	// The CSV import streams its body and bounds it itself (grid.OwnsBodyLimit).
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: a.cfg.BodyLimit, Skipper: grid.OwnsBodyLimit}))
 
@@ -343,7 +356,7 @@ func (a *App) routes() {
 func (a *App) Handler() http.Handler { return a.echo }
 
 // Serve listens on the configured address until ctx ends, then drains
-// in-flight requests for up to ten seconds.
+// in-flight requests (see shutdown).
 func (a *App) Serve(ctx context.Context) error {
 	stopMetrics, err := a.serveMetrics()
 	if err != nil {
@@ -357,14 +370,11 @@ func (a *App) Serve(ctx context.Context) error {
 	return a.ServeListener(ctx, ln)
 }
 
-// ServeListener serves on ln until ctx ends.
+// ServeListener serves on ln until ctx ends, then shuts down (see shutdown).
 func (a *App) ServeListener(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           a.echo,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
-	}
+	base, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	srv := a.httpServer(base)
 	a.log.Info("serving", slog.String("listen", ln.Addr().String()), slog.String("version", a.cfg.Version))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -376,13 +386,7 @@ func (a *App) ServeListener(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	a.log.Info("shutting down")
-	if err := srv.Shutdown(sctx); err != nil {
-		return err
-	}
-	return nil
+	return a.shutdown(srv, cancelRequests)
 }
 
 // Close releases the connections.

@@ -73,6 +73,14 @@ var (
 	sMetricsListen    = setting{"metrics-listen", "APPDOR_METRICS_LISTEN", "", "serve /metrics on this address only (e.g. 127.0.0.1:9090), not on --listen"}
 	sMetricsToken     = setting{"metrics-token", "APPDOR_METRICS_TOKEN", "", "bearer token /metrics asks for (at least 16 characters; prefer the variable: a flag shows in the process list)"}
 	sMetricsRealmIdle = setting{"metrics-realm-idle", "APPDOR_METRICS_REALM_IDLE", "10m", "a realm's series leave /metrics after it has sent no request for this long (at least 2m)"}
+
+	// Time bounds of the HTTP server and of its shutdown.
+	sReadHeaderTimeout = setting{"read-header-timeout", "APPDOR_READ_HEADER_TIMEOUT", "5s", "longest a client may take to send a request's headers"}
+	sReadTimeout       = setting{"read-timeout", "APPDOR_READ_TIMEOUT", "10s", "longest a client may take to send a whole request, body included, which bounds how long a slow body holds a seat (CSV import: see --stream-timeout)"}
+	sWriteTimeout      = setting{"write-timeout", "APPDOR_WRITE_TIMEOUT", "60s", "longest from a request's headers to the end of its answer (CSV export: see --stream-timeout); longer than --statement-timeout"}
+	sIdleTimeout       = setting{"idle-timeout", "APPDOR_IDLE_TIMEOUT", "2m", "longest a keep-alive connection waits for its next request"}
+	sStreamTimeout     = setting{"stream-timeout", "APPDOR_STREAM_TIMEOUT", "30s", "longest pause between two reads of a CSV import's body or two writes of a CSV export"}
+	sShutdownDrain     = setting{"shutdown-drain", "APPDOR_SHUTDOWN_DRAIN", "8s", "after SIGTERM, how long running requests may finish before they are cancelled (503); the process then closes the pool and exits 0"}
 )
 
 // secrets are the settings whose variable must not show as the flag's
@@ -86,7 +94,8 @@ var connSettings = []setting{sDatabaseURL, sMigrateURL, sRedisURL}
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
 	sFairness, sFairSeats, sFairBgSeats, sFairQueue, sFairWait, sFairRetryAfter,
 	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sLoginAddress, sLoginAccount, sTrustedProxies, sHSTS,
-	sMetricsListen, sMetricsToken, sMetricsRealmIdle}
+	sMetricsListen, sMetricsToken, sMetricsRealmIdle,
+	sReadHeaderTimeout, sReadTimeout, sWriteTimeout, sIdleTimeout, sStreamTimeout, sShutdownDrain}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -181,7 +190,34 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	if err := metricsConfig(cmd, &cfg); err != nil {
 		return cfg, err
 	}
+	if err := timeoutConfig(cmd, &cfg); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// timeoutConfig reads the HTTP server's time bounds and the shutdown's drain.
+func timeoutConfig(cmd *cobra.Command, cfg *server.Config) error {
+	for _, d := range []struct {
+		s   setting
+		dst *time.Duration
+	}{
+		{sReadHeaderTimeout, &cfg.ReadHeaderTimeout}, {sReadTimeout, &cfg.ReadTimeout}, {sWriteTimeout, &cfg.WriteTimeout},
+		{sIdleTimeout, &cfg.IdleTimeout}, {sStreamTimeout, &cfg.StreamTimeout}, {sShutdownDrain, &cfg.ShutdownDrain},
+	} {
+		v, err := duration(cmd, d.s)
+		if err != nil {
+			return err
+		}
+		*d.dst = v
+	}
+	// An answer cut by the write deadline is a reset connection, not a 503:
+	// a statement must be able to time out well within it.
+	if cfg.WriteTimeout <= cfg.StatementTimeout+cfg.AcquireTimeout {
+		return configError(sWriteTimeout, "%s is not longer than --statement-timeout plus --acquire-timeout (%s)",
+			cfg.WriteTimeout, cfg.StatementTimeout+cfg.AcquireTimeout)
+	}
+	return nil
 }
 
 // unauthenticatedConfig reads the limits on what a client may cause before it

@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -88,11 +93,65 @@ func TestUnreachableDatabaseNamesTheVariableAndRedactsThePassword(t *testing.T) 
 	require.Contains(t, msg, "127.0.0.1:1")
 	require.NotContains(t, msg, "\n")
 
-	err = run(t.Context(), []string{"serve", "--database-url", testenv.DatabaseURL(t), "--redis-url", "redis://:sekrit@127.0.0.1:1/0",
+	// An unreachable Redis does not stop the start (TestServeStartsWithoutRedis);
+	// a Redis URL that cannot be right does.
+	err = run(t.Context(), []string{"serve", "--database-url", testenv.DatabaseURL(t), "--redis-url", "redis://:sekrit@127.0.0.1:1/zero",
 		"--listen", "127.0.0.1:0", "--migrate=false"}, &out)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "APPDOR_REDIS_URL")
 	require.NotContains(t, err.Error(), "sekrit")
+}
+
+// TestServeStartsWithoutRedis: `appdor serve` with nothing at its Redis URL
+// starts, says "degraded" but ready, and ends with no error on its signal.
+func TestServeStartsWithoutRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--database-url", testenv.DatabaseURL(t), "--redis-url", "redis://127.0.0.1:1/0",
+			"--listen", addr, "--migrate=false", "--log-level", "error"}, io.Discard)
+	}()
+	var body struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+	}
+	require.Eventually(t, func() bool {
+		res, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		return res.StatusCode == http.StatusOK && json.NewDecoder(res.Body).Decode(&body) == nil
+	}, 30*time.Second, 50*time.Millisecond, "serve did not start without Redis")
+	require.Equal(t, "degraded", body.Status)
+	require.Equal(t, map[string]string{"database": "ok", "redis": "unreachable"}, body.Checks)
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop on its signal")
+	}
+}
+
+func TestBadTimeoutSettingsNameTheVariable(t *testing.T) {
+	for _, c := range []struct{ flag, env, value string }{
+		{"--read-header-timeout", "APPDOR_READ_HEADER_TIMEOUT", "soon"},
+		{"--read-timeout", "APPDOR_READ_TIMEOUT", "0s"},
+		{"--write-timeout", "APPDOR_WRITE_TIMEOUT", "-1s"},
+		{"--write-timeout", "APPDOR_WRITE_TIMEOUT", "2s"}, // within the default statement timeout
+		{"--idle-timeout", "APPDOR_IDLE_TIMEOUT", "x"},
+		{"--stream-timeout", "APPDOR_STREAM_TIMEOUT", "0"},
+		{"--shutdown-drain", "APPDOR_SHUTDOWN_DRAIN", "later"},
+	} {
+		var out bytes.Buffer
+		err := run(t.Context(), []string{"serve", c.flag, c.value}, &out)
+		require.ErrorContains(t, err, c.env, "%s %s", c.flag, c.value)
+	}
 }
 
 func TestBadSettingNamesTheVariable(t *testing.T) {
