@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor"
 )
@@ -70,6 +71,10 @@ func patchedFields(patches []RowPatch) []string {
 // The functions below let automations act on rows with grid's own rules:
 // the read API's filters, and the cell validation of the write API. They run
 // inside the caller's realm-scoped transaction.
+
+// DecodeJSON reads a request's JSON body into v as the grid API does:
+// unknown fields and trailing data are refused.
+func DecodeJSON(c echo.Context, v any) error { return decode(c, v) }
 
 // LoadTable reads a table and its fields.
 func LoadTable(ctx context.Context, tx pgx.Tx, realm, id uuid.UUID) (*Table, error) {

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/rueidis"
 
+	"github.com/appdor/appdor/automations"
 	"github.com/appdor/appdor/fairness"
 	"github.com/appdor/appdor/grid"
 	"github.com/appdor/appdor/limiter"
@@ -68,6 +69,9 @@ type Config struct {
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client
 	// address; none: the client is the direct peer.
 	TrustedProxies []*net.IPNet
+	// Automations sizes the automation workers and webhook delivery; the
+	// zero value takes automations' defaults.
+	Automations automations.Config
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -110,6 +114,9 @@ type App struct {
 
 	fair        *fairness.Controller
 	httpMetrics *httpMetrics
+
+	automations *automations.Service
+	autoPool    *pgxpool.Pool // the automation workers' own
 
 	// unavailable rate-limits the log line of 503s (pool acquire or
 	// statement timeouts): one line a second, with how many it stands for.
@@ -178,6 +185,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.setupFairness()
 	a.guardLookups()
 	a.routes()
+	if err := a.startAutomations(ctx); err != nil {
+		return nil, err
+	}
 	ok = true
 	return a, nil
 }
@@ -288,7 +298,9 @@ func (a *App) routes() {
 	if a.fair != nil {
 		gh.Gate = backgroundGate{a.fair} // CSV imports run as background work
 	}
+	gh.Events = a.automationService() // row writes record automation events
 	gh.Routes(api)
+	a.automationService().Routes(api)
 	a.tenancy.TokenRoutes(api)
 
 	a.mountUI(e) // last: the UI's catch-all must not shadow a route above
@@ -337,6 +349,7 @@ func (a *App) ServeListener(ctx context.Context, ln net.Listener) error {
 
 // Close releases the connections.
 func (a *App) Close() {
+	a.stopAutomations()
 	a.stopLimiter()
 	if a.redis != nil {
 		a.redis.Close()

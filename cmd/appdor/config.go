@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/appdor/appdor/automations"
 	"github.com/appdor/appdor/fairness"
 	"github.com/appdor/appdor/server"
 )
@@ -58,8 +60,16 @@ var (
 	sLoginConcurrency = setting{"login-concurrency", "APPDOR_LOGIN_CONCURRENCY", "0", "sign-in password checks at once; a sign-in that finds none free within 500ms is refused (429); 0 is half the cores"}
 
 	// Before authentication: lookups of tokens and sessions the server does not know.
-	sUnauthRate     = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
-	sUnauthBurst    = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
+	sUnauthRate  = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
+	sUnauthBurst = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
+	// Automations and webhooks.
+	sAutoWorkers    = setting{"automation-workers", "APPDOR_AUTOMATION_WORKERS", "4", "automation workers in this process (events and webhook deliveries); 0 runs none here (writes still record events for another process's workers)"}
+	sAutoPool       = setting{"automation-pool-size", "APPDOR_AUTOMATION_POOL_SIZE", "4", "the automation workers' own PostgreSQL pool, apart from --db-max-conns"}
+	sAutoBacklog    = setting{"automation-backlog", "APPDOR_AUTOMATION_BACKLOG", "10000", "automation events one realm may have waiting; past it the realm's writes that would add one are refused (429 automation_backlog)"}
+	sAutoMaxHops    = setting{"automation-max-hops", "APPDOR_AUTOMATION_MAX_HOPS", "8", "how long a chain of automations triggering automations may grow before it stops (automation_hop_limit)"}
+	sWebhookTime    = setting{"webhook-timeout", "APPDOR_WEBHOOK_TIMEOUT", "15s", "longest a webhook receiver may take to answer"}
+	sWebhookPriv    = setting{"webhook-allow-private", "APPDOR_WEBHOOK_ALLOW_PRIVATE", "off", "let webhooks reach loopback, private, link-local, CGNAT and metadata addresses (the SSRF guard refuses them when off)"}
+	sWebhookCIDRs   = setting{"webhook-allow-cidrs", "APPDOR_WEBHOOK_ALLOW_CIDRS", "", "comma-separated CIDR ranges webhooks may reach although they are not public, e.g. 10.1.2.0/24"}
 	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client; empty: the client is the direct peer"}
 )
 
@@ -69,7 +79,8 @@ var connSettings = []setting{sDatabaseURL, sRedisURL}
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
 	sFairness, sFairSeats, sFairBgSeats, sFairQueue, sFairWait, sFairRetryAfter,
-	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sTrustedProxies}
+	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sTrustedProxies,
+	sAutoWorkers, sAutoPool, sAutoBacklog, sAutoMaxHops, sWebhookTime, sWebhookPriv, sWebhookCIDRs}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -154,7 +165,55 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	if err := unauthenticatedConfig(cmd, &cfg); err != nil {
 		return cfg, err
 	}
+	if cfg.Automations, err = automationsConfig(cmd); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// automationsConfig reads the automation workers' and webhooks' settings.
+func automationsConfig(cmd *cobra.Command) (automations.Config, error) {
+	var ac automations.Config
+	count := func(s setting, least, most int) (int, error) {
+		n, err := strconv.Atoi(str(cmd, s))
+		if err != nil || n < least || n > most {
+			return 0, configError(s, "%q is not a number from %d to %d", str(cmd, s), least, most)
+		}
+		return n, nil
+	}
+	var err error
+	if ac.Workers, err = count(sAutoWorkers, 0, 1000); err != nil {
+		return ac, err
+	}
+	if ac.Workers == 0 {
+		ac.Workers = -1 // none here; automations' zero is its default
+	}
+	if ac.PoolSize, err = count(sAutoPool, 1, 1000); err != nil {
+		return ac, err
+	}
+	if ac.Backlog, err = count(sAutoBacklog, 1, 100_000_000); err != nil {
+		return ac, err
+	}
+	if ac.MaxHops, err = count(sAutoMaxHops, 1, 100); err != nil {
+		return ac, err
+	}
+	if ac.DeliveryTimeout, err = duration(cmd, sWebhookTime); err != nil {
+		return ac, err
+	}
+	if ac.AllowPrivate, err = boolean(cmd, sWebhookPriv); err != nil {
+		return ac, err
+	}
+	for _, f := range strings.Split(str(cmd, sWebhookCIDRs), ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return ac, configError(sWebhookCIDRs, "%q is not a CIDR range such as 10.1.2.0/24", f)
+		}
+		ac.AllowCIDRs = append(ac.AllowCIDRs, p.Masked())
+	}
+	return ac, nil
 }
 
 // unauthenticatedConfig reads the limit on lookups of unknown credentials per
