@@ -279,15 +279,15 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, d *delivery, out outcom
 	return updateRun(ctx, tx, d.realm, d.run)
 }
 
-// updateRun derives a run's status from its deliveries: dead if one is dead,
-// failed if one failed, pending while one is, else succeeded.
+// updateRun derives a run's status from its deliveries: pending while one
+// is, then dead if one is dead, failed if one failed, else succeeded.
 func updateRun(ctx context.Context, tx pgx.Tx, realm, run uuid.UUID) error {
 	_, err := tx.Exec(ctx,
 		`UPDATE automation_runs r SET status = s.status, attempts = s.attempts,
 		        last_error = s.last_error,
 		        finished_at = CASE WHEN s.status = 'pending' THEN NULL ELSE now() END
-		 FROM (SELECT CASE WHEN bool_or(state = 'dead') THEN 'dead' WHEN bool_or(state = 'failed') THEN 'failed'
-		                   WHEN bool_or(state = 'pending') THEN 'pending' ELSE 'succeeded' END AS status,
+		 FROM (SELECT CASE WHEN bool_or(state = 'pending') THEN 'pending' WHEN bool_or(state = 'dead') THEN 'dead'
+		                   WHEN bool_or(state = 'failed') THEN 'failed' ELSE 'succeeded' END AS status,
 		              greatest(max(attempts), 1) AS attempts,
 		              (array_agg(last_error) FILTER (WHERE last_error IS NOT NULL AND state <> 'delivered'))[1] AS last_error
 		       FROM webhook_deliveries WHERE realm_id = $1 AND run_id = $2) s
