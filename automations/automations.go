@@ -24,8 +24,13 @@
 // Webhook deliveries are a second queue with the same dequeue.
 //
 // Workers run on a small pool of their own, so they never take the API's
-// connections; each evaluation and each delivery runs under a background seat
-// of its realm (Gate: the fairness controller). A realm's backlog is bounded
+// connections; each evaluation, and each delivery's reading and recording,
+// runs under a background seat of its realm (Gate: the fairness controller).
+// A seat stands for a core's worth of work, so a webhook request waits for
+// its receiver outside any seat: a receiver that takes 15 s to answer holds
+// no seat another realm's work needs. What it holds is a worker, so a realm
+// has at most half the workers' deliveries in flight at once; the others stay
+// free for the other realms. A realm's backlog is bounded
 // (Config.Backlog): past it the realm's writes that would add an event are
 // refused, 429 automation_backlog with Retry-After, rather than the queue
 // growing without end. An event caused by an automation's own action carries
@@ -158,6 +163,10 @@ func (cfg Config) Sized() Config {
 	return cfg
 }
 
+// deliverySlots is how many deliveries of one realm may be in flight at
+// once: half the workers, at least one.
+func deliverySlots(workers int) int { return max(1, workers/2) }
+
 // Gate runs a unit of a realm's background work under the fairness
 // controller's background level; release gives the seat back.
 type Gate interface {
@@ -215,6 +224,7 @@ func (s *Service) Start(pool *pgxpool.Pool, statementTimeout time.Duration, gate
 	s.gate = gate
 	s.events = newQueue(pool, eventRealmsSQL, claimEventSQL, s.cfg.PollInterval)
 	s.deliveries = newQueue(pool, deliveryRealmsSQL, claimDeliverySQL, s.cfg.PollInterval)
+	s.deliveries.slots = newSlots(deliverySlots(s.cfg.Workers))
 	s.sender = newSender(s.cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

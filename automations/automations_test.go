@@ -3,6 +3,7 @@ package automations_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -698,4 +699,35 @@ func TestFairDequeue(t *testing.T) {
 	var leased int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM automation_events WHERE run_at > now()`).Scan(&leased))
 	require.Equal(t, 8, leased)
+}
+
+// TestASlowReceiverDoesNotDelayAnotherRealm: a realm whose receiver takes
+// seconds to answer holds neither a background seat nor more than half the
+// workers, so another realm's webhook is delivered meanwhile.
+func TestASlowReceiverDoesNotDelayAnotherRealm(t *testing.T) {
+	t.Parallel()
+	app := isolate(t).app(t, func(c *automations.Config) { c.Workers = 4 })
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	slow := newSink(t, func(n int, w http.ResponseWriter) {
+		select {
+		case <-release:
+		case <-time.After(4 * time.Second):
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	fast := newSink(t, nil)
+	s := setup(t, app)
+	q := setup(t, app)
+	s.create(map[string]any{"name": "slow", "trigger": map[string]any{"event": "row.created"}, "actions": []any{webhook(slow.srv.URL)}})
+	q.create(map[string]any{"name": "fast", "trigger": map[string]any{"event": "row.created"}, "actions": []any{webhook(fast.srv.URL)}})
+	for i := range 6 {
+		s.insert(map[string]any{"name": fmt.Sprint(i)})
+	}
+	slow.await(t, 2) // the slow realm's requests are in flight
+	start := time.Now()
+	q.insert(map[string]any{"name": "q"})
+	fast.await(t, 1)
+	require.Less(t, time.Since(start), 2*time.Second, "the quiet realm's webhook waited for the slow receiver")
+	require.Len(t, slow.received(), 2, "the slow realm holds at most half the workers")
 }

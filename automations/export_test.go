@@ -19,7 +19,7 @@ func NewEventQueue(pool *pgxpool.Pool) EventQueue {
 // Claim leases the next event and returns its realm.
 func (e EventQueue) Claim(ctx context.Context) (uuid.UUID, bool, error) {
 	var ev event
-	ok, err := e.q.claim(ctx, time.Minute, &ev.realm, &ev.id, &ev.table, &ev.kind, &ev.rows, &ev.versions, &ev.fields,
+	_, ok, err := e.q.claim(ctx, time.Minute, &ev.realm, &ev.id, &ev.table, &ev.kind, &ev.rows, &ev.versions, &ev.fields,
 		&ev.hop, &ev.attempts, &ev.createdAt)
 	return ev.realm, ok, err
 }

@@ -74,6 +74,9 @@ type queue struct {
 	realmsSQL string
 	claimSQL  string
 	idle      time.Duration // least time between two reads of an empty round
+	// slots, when set, bounds the items one realm's claims hold at once: a
+	// realm at its bound is passed over in a round.
+	slots *slots
 
 	mu      sync.Mutex
 	round   []uuid.UUID
@@ -93,45 +96,98 @@ func (q *queue) poke() {
 }
 
 // next is the realm to claim from next, reading a new round when the last is
-// done; false when no realm has due work.
-func (q *queue) next(ctx context.Context) (uuid.UUID, bool, error) {
+// done (fresh); false when no realm has due work.
+func (q *queue) next(ctx context.Context) (realm uuid.UUID, fresh, ok bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.round) == 0 {
 		if time.Since(q.emptyAt) < q.idle {
-			return uuid.Nil, false, nil
+			return uuid.Nil, false, false, nil
 		}
 		rows, err := q.pool.Query(ctx, q.realmsSQL)
 		if err != nil {
-			return uuid.Nil, false, err
+			return uuid.Nil, false, false, err
 		}
 		realms, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 		if err != nil {
-			return uuid.Nil, false, err
+			return uuid.Nil, false, false, err
 		}
 		if len(realms) == 0 {
 			q.emptyAt = time.Now()
-			return uuid.Nil, false, nil
+			return uuid.Nil, false, false, nil
 		}
-		q.round = realms
+		q.round, fresh = realms, true
 	}
 	r := q.round[0]
 	q.round = q.round[1:]
-	return r, true, nil
+	return r, fresh, true, nil
 }
 
 // claim leases the next realm's oldest due item for lease and scans the
-// claim's RETURNING columns into dest; false when nothing is due.
-func (q *queue) claim(ctx context.Context, lease time.Duration, dest ...any) (bool, error) {
+// claim's RETURNING columns into dest; false when nothing is due. The caller
+// gives the realm's slot back with done when it is finished with the item.
+func (q *queue) claim(ctx context.Context, lease time.Duration, dest ...any) (realm uuid.UUID, ok bool, err error) {
+	rounds := 0
 	for {
-		realm, ok, err := q.next(ctx)
+		realm, fresh, ok, err := q.next(ctx)
 		if err != nil || !ok {
-			return false, err
+			return uuid.Nil, false, err
+		}
+		if fresh {
+			if rounds++; rounds > 1 {
+				// A whole round passed over: every realm with due work is
+				// at its bound. The realm just read goes back for the next claim.
+				q.mu.Lock()
+				q.round = append([]uuid.UUID{realm}, q.round...)
+				q.mu.Unlock()
+				return uuid.Nil, false, nil
+			}
+		}
+		if q.slots != nil && !q.slots.take(realm) {
+			continue
 		}
 		err = q.pool.QueryRow(ctx, q.claimSQL, realm, lease.Milliseconds()).Scan(dest...)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // taken by another worker meanwhile, or leased
+		if err == nil {
+			return realm, true, nil
 		}
-		return err == nil, err
+		q.done(realm)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return uuid.Nil, false, err
+		}
+		// taken by another worker meanwhile, or leased: the next realm
+	}
+}
+
+// done gives back the slot a claim of realm took.
+func (q *queue) done(realm uuid.UUID) {
+	if q.slots != nil {
+		q.slots.give(realm)
+	}
+}
+
+// slots counts the items each realm holds, up to max each.
+type slots struct {
+	mu  sync.Mutex
+	n   map[uuid.UUID]int
+	max int
+}
+
+func newSlots(max int) *slots { return &slots{n: map[uuid.UUID]int{}, max: max} }
+
+func (s *slots) take(realm uuid.UUID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[realm] >= s.max {
+		return false
+	}
+	s.n[realm]++
+	return true
+}
+
+func (s *slots) give(realm uuid.UUID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[realm]--; s.n[realm] <= 0 {
+		delete(s.n, realm)
 	}
 }

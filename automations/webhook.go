@@ -167,11 +167,12 @@ type delivery struct {
 }
 
 // deliverNext claims one due delivery and makes one attempt; false when
-// none was due.
+// none was due. Reading the delivery and recording the answer run under a
+// background seat of the realm; the request does not (see the package doc).
 func (s *Service) deliverNext(ctx context.Context) bool {
 	var d delivery
 	lease := max(s.cfg.Lease, s.cfg.DeliveryTimeout+30*time.Second)
-	ok, err := s.deliveries.claim(ctx, lease, &d.realm, &d.id, &d.attempts)
+	realm, ok, err := s.deliveries.claim(ctx, lease, &d.realm, &d.id, &d.attempts)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error("automations: claiming a delivery", slog.String("error", err.Error()))
@@ -181,12 +182,42 @@ func (s *Service) deliverNext(ctx context.Context) bool {
 	if !ok {
 		return false
 	}
-	release, err := s.acquire(ctx, d.realm)
+	defer s.deliveries.done(realm)
+	if err := s.readDelivery(ctx, &d); err != nil {
+		if appdor.ErrorCode(err) != appdor.ENotFound && ctx.Err() == nil {
+			s.log.Error("automations: reading a delivery", slog.String("realm", d.realm.String()), slog.String("error", err.Error()))
+		}
+		return true // gone with its automation, or replayed meanwhile, or shutting down
+	}
+	start := time.Now()
+	out := s.sender.send(ctx, d.url, d.id, d.secret, d.payload)
+	s.metrics.attempt.Observe(time.Since(start).Seconds())
+	if ctx.Err() != nil {
+		return true // shutting down: the lease runs out, and the same webhook-id is sent again
+	}
+	// The answer is recorded even if the server is stopping meanwhile.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	release, err := s.acquire(rctx, d.realm)
 	if err != nil {
 		return true
 	}
 	defer release()
-	err = s.wdb.Query(ctx, d.realm, func(rows pgx.Rows) error {
+	if err := s.wdb.Tx(rctx, d.realm, func(tx pgx.Tx) error { return s.record(rctx, tx, &d, out) }); err != nil {
+		s.log.Error("automations: recording a delivery", slog.String("realm", d.realm.String()),
+			slog.String("delivery", d.id), slog.String("error", err.Error()))
+	}
+	return true
+}
+
+// readDelivery reads what an attempt needs, under a background seat.
+func (s *Service) readDelivery(ctx context.Context, d *delivery) error {
+	release, err := s.acquire(ctx, d.realm)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return s.wdb.Query(ctx, d.realm, func(rows pgx.Rows) error {
 		found := false
 		for rows.Next() {
 			found = true
@@ -201,26 +232,6 @@ func (s *Service) deliverNext(ctx context.Context) bool {
 	}, `SELECT d.url, d.payload, d.queued_at, d.automation_id, d.action_id, d.run_id, coalesce(a.secrets ->> d.action_id, '')
 	    FROM webhook_deliveries d JOIN automations a ON a.realm_id = d.realm_id AND a.id = d.automation_id
 	    WHERE d.realm_id = $1 AND d.id = $2 AND d.attempts = $3 AND d.state = 'pending'`, d.realm, d.id, d.attempts)
-	if err != nil {
-		if appdor.ErrorCode(err) != appdor.ENotFound && ctx.Err() == nil {
-			s.log.Error("automations: reading a delivery", slog.String("realm", d.realm.String()), slog.String("error", err.Error()))
-		}
-		return true // gone with its automation, or replayed meanwhile
-	}
-	start := time.Now()
-	out := s.sender.send(ctx, d.url, d.id, d.secret, d.payload)
-	s.metrics.attempt.Observe(time.Since(start).Seconds())
-	if ctx.Err() != nil {
-		return true // shutting down: the lease runs out, and the same webhook-id is sent again
-	}
-	// The answer is recorded even if the server is stopping meanwhile.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := s.wdb.Tx(rctx, d.realm, func(tx pgx.Tx) error { return s.record(rctx, tx, &d, out) }); err != nil {
-		s.log.Error("automations: recording a delivery", slog.String("realm", d.realm.String()),
-			slog.String("delivery", d.id), slog.String("error", err.Error()))
-	}
-	return true
 }
 
 // record writes an attempt's outcome and brings the run's status up to date.

@@ -69,7 +69,7 @@ func (s *Service) acquire(ctx context.Context, realm uuid.UUID) (func(), error) 
 // evaluateNext claims one event and evaluates it; false when none was due.
 func (s *Service) evaluateNext(ctx context.Context) bool {
 	var e event
-	ok, err := s.events.claim(ctx, s.cfg.Lease, &e.realm, &e.id, &e.table, &e.kind, &e.rows, &e.versions, &e.fields,
+	_, ok, err := s.events.claim(ctx, s.cfg.Lease, &e.realm, &e.id, &e.table, &e.kind, &e.rows, &e.versions, &e.fields,
 		&e.hop, &e.attempts, &e.createdAt)
 	if err != nil {
 		if ctx.Err() == nil {
