@@ -451,6 +451,29 @@ func TestRolledBackWriteEmitsNothing(t *testing.T) {
 	other, _ := f.makeTable("Quiet", "a")
 	f.ok(http.StatusCreated, "POST", "/api/v1/tables/"+other+"/rows", map[string]any{"rows": []any{map[string]any{"cells": map[string]any{}}}})
 	require.Equal(t, 2, pendingEvents(t, iso.pool, realm))
+
+	// A CSV import records one event per batch of 1,000 rows, not one a row.
+	var csv strings.Builder
+	csv.WriteString("name\n")
+	for i := range 2500 {
+		fmt.Fprintf(&csv, "row %d\n", i)
+	}
+	req, err := http.NewRequest("POST", app.URL+"/api/v1/tables/"+f.table+"/csv", strings.NewReader(csv.String()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "text/csv")
+	req.Header.Set("Authorization", "Bearer "+f.tenant.Token)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusCreated, res.StatusCode, string(body))
+	require.Equal(t, 5, pendingEvents(t, iso.pool, realm))
+
+	// The queue's depth per realm is on /metrics.
+	require.Eventually(t, func() bool {
+		m := f.do("GET", "/metrics", nil)
+		return strings.Contains(string(m.Body), `appdor_automation_events_pending{realm="`+realm.String()+`"} 5`)
+	}, 5*time.Second, 50*time.Millisecond)
 }
 
 func pendingEvents(t *testing.T, pool *pgxpool.Pool, realm uuid.UUID) int {
