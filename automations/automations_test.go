@@ -393,8 +393,21 @@ func TestUpdateRowAndCreateRow(t *testing.T) {
 				logFields["title"]: "{{" + f.fields["copy"] + "}}", logFields["n"]: 7}},
 		},
 	})
+	// A run older than the retention, which the next run clears.
+	old := automations.UUIDAt(time.Now().Add(-automations.RunRetention - time.Hour))
+	_, err := testenv.Pool(t).Exec(t.Context(),
+		`INSERT INTO automation_runs (realm_id, id, automation_id, event, event_id, row_ids, hop, status, queued_at, finished_at)
+		 VALUES ($1, $2, $3, 'row.created', 0, '{}', 0, 'succeeded', now(), now())`, f.tenant.RealmID, old, a["id"])
+	require.NoError(t, err)
+	require.Len(t, f.runs(a["id"].(string)), 1)
+
 	ids := f.insert(map[string]any{"name": "widget"})
-	f.awaitRun(a["id"].(string), "succeeded")
+	var runs []automations.Run
+	require.Eventually(t, func() bool {
+		runs = f.runs(a["id"].(string))
+		return len(runs) > 0 && runs[0].ID != old && runs[0].Status == "succeeded"
+	}, 15*time.Second, 20*time.Millisecond)
+	require.Len(t, runs, 1, "the old run was pruned")
 
 	row := f.ok(http.StatusOK, "GET", "/api/v1/tables/"+f.table+"/rows/"+ids[0], nil)
 	cells := row["cells"].(map[string]any)
@@ -753,4 +766,15 @@ func TestASlowReceiverDoesNotDelayAnotherRealm(t *testing.T) {
 	fast.await(t, 1)
 	require.Less(t, time.Since(start), 2*time.Second, "the quiet realm's webhook waited for the slow receiver")
 	require.Len(t, slow.received(), 2, "the slow realm holds at most half the workers")
+}
+
+func TestUUIDAtOrdersWithUUIDv7(t *testing.T) {
+	t.Parallel()
+	before := automations.UUIDAt(time.Now().Add(-time.Second))
+	id, err := uuid.NewV7()
+	require.NoError(t, err)
+	after := automations.UUIDAt(time.Now().Add(time.Second))
+	require.Equal(t, uuid.Version(7), before.Version())
+	require.Negative(t, strings.Compare(before.String(), id.String()))
+	require.Positive(t, strings.Compare(after.String(), id.String()))
 }

@@ -23,3 +23,6 @@ func (e EventQueue) Claim(ctx context.Context) (uuid.UUID, bool, error) {
 		&ev.hop, &ev.attempts, &ev.createdAt)
 	return ev.realm, ok, err
 }
+
+// UUIDAt is uuidAt, for tests.
+var UUIDAt = uuidAt

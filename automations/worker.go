@@ -252,7 +252,36 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 		return 0, err
 	}
 	s.metrics.runs.WithLabelValues(status).Inc()
-	return n, nil
+	return n, pruneRuns(ctx, tx, e.realm, a.ID)
+}
+
+// RunRetention is how long the run log keeps a finished run (and its
+// deliveries).
+const RunRetention = 30 * 24 * time.Hour
+
+// pruneRuns deletes up to ten of an automation's finished runs older than
+// RunRetention, so that each run recorded clears more than it adds once the
+// log is that old, with no sweeper and no unbounded statement. Run ids are
+// UUIDv7, so an id made from the cut-off time bounds them in the index.
+func pruneRuns(ctx context.Context, tx pgx.Tx, realm, automation uuid.UUID) error {
+	_, err := tx.Exec(ctx,
+		`DELETE FROM automation_runs WHERE realm_id = $1 AND id = ANY (ARRAY (
+		   SELECT id FROM automation_runs
+		   WHERE realm_id = $1 AND automation_id = $2 AND id < $3 AND status <> 'pending'
+		   ORDER BY id LIMIT 10))`, realm, automation, uuidAt(time.Now().Add(-RunRetention)))
+	return err
+}
+
+// uuidAt is the least UUIDv7 of the millisecond t.
+func uuidAt(t time.Time) uuid.UUID {
+	var u uuid.UUID
+	ms := uint64(t.UnixMilli())
+	for i := 0; i < 6; i++ {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	u[6] = 0x70
+	u[8] = 0x80
+	return u
 }
 
 // act applies an automation's actions to rows in order: a later action sees
