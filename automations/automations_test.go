@@ -742,17 +742,17 @@ func TestFairDequeue(t *testing.T) {
 // workers, so another realm's webhook is delivered meanwhile.
 func TestASlowReceiverDoesNotDelayAnotherRealm(t *testing.T) {
 	t.Parallel()
-	app := isolate(t).app(t, func(c *automations.Config) { c.Workers = 4 })
+	app := isolate(t).app(t, func(c *automations.Config) { c.Workers, c.DeliveryTimeout = 4, time.Minute })
 	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
 	slow := newSink(t, func(n int, w http.ResponseWriter) {
 		select {
 		case <-release:
-		case <-time.After(4 * time.Second):
+		case <-time.After(time.Minute):
 		}
 		w.WriteHeader(http.StatusOK)
 	})
 	fast := newSink(t, nil)
+	t.Cleanup(func() { close(release) }) // before the sinks close, which waits for their requests
 	s := setup(t, app)
 	q := setup(t, app)
 	s.create(map[string]any{"name": "slow", "trigger": map[string]any{"event": "row.created"}, "actions": []any{webhook(slow.srv.URL)}})
