@@ -3,6 +3,7 @@ module github.com/appdor/appdor
 go 1.26.8
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/HdrHistogram/hdrhistogram-go v1.1.2
 	github.com/golang-migrate/migrate/v4 v4.20.1
 	github.com/google/uuid v1.6.0
@@ -15,6 +16,7 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
+	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	github.com/stretchr/testify v1.12.1
 	github.com/testcontainers/testcontainers-go v0.45.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0

@@ -485,7 +485,11 @@ func (h *Handler) importBatch(ctx context.Context, realm uuid.UUID, t *Table, ba
 		if len(cells) == 0 {
 			return nil
 		}
-		if _, err := insertRows(ctx, tx, realm, t.ID, cells); err != nil {
+		out, err := insertRows(ctx, tx, realm, t.ID, cells)
+		if err != nil {
+			return err
+		}
+		if err := h.rowsChanged(ctx, tx, realm, t.ID, EventRowCreated, out, nil); err != nil {
 			return err
 		}
 		res.Inserted += len(cells)

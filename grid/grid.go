@@ -39,6 +39,9 @@ type Handler struct {
 	// DefaultCSVBodyLimit. The server's general body limit must skip the
 	// import route (see OwnsBodyLimit), which streams and bounds itself.
 	CSVBodyLimit int64
+	// Events, when set, hears of every row write batch (API writes and each
+	// CSV import batch) inside its transaction; automations enqueue there.
+	Events Events
 
 	schemas schemaCache
 }

@@ -191,6 +191,9 @@ func (h *Handler) createRows(c echo.Context) error {
 		if err != nil {
 			return nil, err
 		}
+		if err := h.rowsChanged(ctx, tx, realm, tableID, EventRowCreated, out, nil); err != nil {
+			return nil, err
+		}
 		return map[string]any{"rows": out}, nil
 	})
 }
@@ -268,6 +271,9 @@ func (h *Handler) updateRows(c echo.Context) error {
 		for i, p := range in.Rows {
 			out[i] = byID[p.ID]
 		}
+		if err := h.rowsChanged(ctx, tx, realm, tableID, EventRowUpdated, out, patchedFields(in.Rows)); err != nil {
+			return nil, err
+		}
 		return map[string]any{"rows": out}, nil
 	})
 }
@@ -332,16 +338,24 @@ func (h *Handler) deleteRows(c echo.Context) error {
 		if _, err := loadTable(ctx, tx, realm, tableID); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `DELETE FROM rows WHERE realm_id = $1 AND table_id = $2 AND id = ANY($3) RETURNING id::text`,
+		rows, err := tx.Query(ctx, `DELETE FROM rows WHERE realm_id = $1 AND table_id = $2 AND id = ANY($3) RETURNING id, version`,
 			realm, tableID, in.IDs)
 		if err != nil {
 			return err
 		}
-		var id string
-		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { deleted = append(deleted, id); return nil }); err != nil {
+		var gone []Row
+		var r Row
+		if _, err := pgx.ForEachRow(rows, []any{&r.ID, &r.Version}, func() error {
+			deleted = append(deleted, r.ID.String())
+			gone = append(gone, r)
+			return nil
+		}); err != nil {
 			return err
 		}
-		return unlink(ctx, tx, realm, tableID, deleted)
+		if err := unlink(ctx, tx, realm, tableID, deleted); err != nil {
+			return err
+		}
+		return h.rowsChanged(ctx, tx, realm, tableID, EventRowDeleted, gone, nil)
 	})
 	if err != nil {
 		return err

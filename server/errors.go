@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor"
+	"github.com/appdor/appdor/automations"
 	"github.com/appdor/appdor/tenancy"
 )
 
@@ -30,6 +31,9 @@ var statusOf = map[string]int{
 	appdor.EConcurrencyLimited: http.StatusTooManyRequests,
 	appdor.EUnavailable:        http.StatusServiceUnavailable,
 	appdor.EInternal:           http.StatusInternalServerError,
+
+	// A realm's automation backlog is full (automations).
+	automations.EBacklog: http.StatusTooManyRequests,
 
 	// Browser sessions (tenancy).
 	tenancy.ERealmRequired: http.StatusBadRequest,

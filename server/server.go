@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/rueidis"
 
+	"github.com/appdor/appdor/automations"
 	"github.com/appdor/appdor/fairness"
 	"github.com/appdor/appdor/grid"
 	"github.com/appdor/appdor/limiter"
@@ -94,6 +95,10 @@ type Config struct {
 	// cancelled.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	StreamTimeout, ShutdownDrain                              time.Duration
+
+	// Automations sizes the automation workers and webhook delivery; the
+	// zero value takes automations' defaults.
+	Automations automations.Config
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -138,6 +143,9 @@ type App struct {
 	httpMetrics *httpMetrics
 	realms      *realmSeries    // forgets the series of realms gone quiet
 	routePaths  map[string]bool // the route labels of the request histogram
+
+	automations *automations.Service
+	autoPool    *pgxpool.Pool // the automation workers' own
 
 	// unavailable rate-limits the log line of 503s (pool acquire or
 	// statement timeouts): one line a second, with how many it stands for.
@@ -216,6 +224,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.setupFairness()
 	a.guardLookups()
 	a.routes()
+	if err := a.startAutomations(ctx); err != nil {
+		return nil, err
+	}
 	ok = true
 	return a, nil
 }
@@ -345,7 +356,9 @@ func (a *App) routes() {
 	if a.fair != nil {
 		gh.Gate = backgroundGate{a.fair} // CSV imports run as background work
 	}
+	gh.Events = a.automationService() // row writes record automation events
 	gh.Routes(api)
+	a.automationService().Routes(api)
 	a.tenancy.TokenRoutes(api)
 
 	a.mountUI(e) // last: the UI's catch-all must not shadow a route above
@@ -391,6 +404,7 @@ func (a *App) ServeListener(ctx context.Context, ln net.Listener) error {
 
 // Close releases the connections.
 func (a *App) Close() {
+	a.stopAutomations()
 	a.stopLimiter()
 	if a.redis != nil {
 		a.redis.Close()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
@@ -39,6 +40,9 @@ type csvBody string
 type roleFixture struct {
 	seeded
 	TokenID string
+	// AutomationID is an automation of the table, named "Fixture", with a
+	// run (RunID) whose webhook delivery is dead.
+	AutomationID, RunID string
 }
 
 // roleScenarios is the table: every API route, its lowest role and its
@@ -81,6 +85,19 @@ var roleScenarios = []roleScenario{
 	{method: "POST", route: "/api/v1/tables/:table/csv", min: tenancy.RoleEditor, ok: http.StatusCreated,
 		body: func(roleFixture) any { return csvBody("Name\nimported\n") }},
 
+	{method: "POST", route: "/api/v1/tables/:table/automations", min: tenancy.RoleEditor, ok: http.StatusCreated,
+		body: func(roleFixture) any {
+			return map[string]any{"name": "New automation", "trigger": map[string]any{"event": "row.deleted"},
+				"actions": []any{map[string]any{"type": "webhook", "url": "https://example.invalid/hook"}}}
+		}},
+	{method: "GET", route: "/api/v1/tables/:table/automations", min: tenancy.RoleViewer, ok: http.StatusOK},
+	{method: "GET", route: "/api/v1/tables/:table/automations/:automation", min: tenancy.RoleViewer, ok: http.StatusOK},
+	{method: "PATCH", route: "/api/v1/tables/:table/automations/:automation", min: tenancy.RoleEditor, ok: http.StatusOK,
+		body: func(roleFixture) any { return map[string]any{"name": "Renamed"} }},
+	{method: "DELETE", route: "/api/v1/tables/:table/automations/:automation", min: tenancy.RoleEditor, ok: http.StatusNoContent},
+	{method: "GET", route: "/api/v1/tables/:table/automations/:automation/runs", min: tenancy.RoleViewer, ok: http.StatusOK},
+	{method: "POST", route: "/api/v1/tables/:table/automations/:automation/runs/:run/replay", min: tenancy.RoleEditor, ok: http.StatusAccepted},
+
 	{method: "GET", route: "/api/v1/tokens", min: tenancy.RoleOwner, ok: http.StatusOK},
 	{method: "POST", route: "/api/v1/tokens", min: tenancy.RoleOwner, ok: http.StatusCreated,
 		body: func(f roleFixture) any {
@@ -105,8 +122,8 @@ func (s roleScenario) expect(role tenancy.Role) int {
 }
 
 func (s roleScenario) path(f roleFixture) string {
-	return strings.NewReplacer(":app", f.AppID, ":table", f.TableID, ":field", f.FieldID, ":row", f.RowID, ":id", f.TokenID).
-		Replace(s.route)
+	return strings.NewReplacer(":app", f.AppID, ":table", f.TableID, ":field", f.FieldID, ":row", f.RowID, ":id", f.TokenID,
+		":automation", f.AutomationID, ":run", f.RunID).Replace(s.route)
 }
 
 // roleCaller is who sends a scenario's request: a role through a token or a
@@ -205,7 +222,23 @@ func TestRoles(t *testing.T) {
 		t.Helper()
 		tok, _, err := app.Tenancy.CreateToken(context.Background(), owner.RealmID, owner.Email, "fixture", nil)
 		require.NoError(t, err)
-		return roleFixture{seeded: seed(t, app, owner.Token, 1), TokenID: tok.ID.String()}
+		f := roleFixture{seeded: seed(t, app, owner.Token, 1), TokenID: tok.ID.String()}
+		res := app.Do(t, "POST", "/api/v1/tables/"+f.TableID+"/automations", owner.Token, map[string]any{
+			"name": "Fixture", "trigger": map[string]any{"event": "row.deleted"},
+			"actions": []any{map[string]any{"type": "webhook", "url": "https://example.invalid/hook"}}})
+		require.Equal(t, http.StatusCreated, res.Status, string(res.Body))
+		f.AutomationID = res.Map(t)["id"].(string)
+		f.RunID = uuid.NewString()
+		_, err = testenv.Pool(t).Exec(context.Background(),
+			`INSERT INTO automation_runs (realm_id, id, automation_id, event, event_id, row_ids, hop, status, queued_at)
+			 VALUES ($1, $2, $3, 'row.deleted', 1, '{}', 0, 'dead', now())`, owner.RealmID, f.RunID, f.AutomationID)
+		require.NoError(t, err)
+		_, err = testenv.Pool(t).Exec(context.Background(),
+			`INSERT INTO webhook_deliveries (realm_id, id, automation_id, action_id, run_id, url, state, attempts, payload, queued_at)
+			 VALUES ($1, $2, $3, 'act_x', $4, 'https://example.invalid/hook', 'dead', 8, '\x7b7d', now())`,
+			owner.RealmID, "msg_"+f.RunID, f.AutomationID, f.RunID)
+		require.NoError(t, err)
+		return f
 	}
 
 	// Sequential on purpose: one realm, and the fairness controller would
@@ -294,6 +327,17 @@ func requireUntouched(t *testing.T, app *testenv.App, ownerToken string, f roleF
 		 WHERE t.id = $1`, f.TokenID).Scan(&revoked, &limit))
 	require.False(t, revoked)
 	require.Nil(t, limit)
+
+	// The automation is as made, and its run's delivery still dead.
+	res = app.Do(t, "GET", "/api/v1/tables/"+f.TableID+"/automations", ownerToken, nil)
+	require.Equal(t, http.StatusOK, res.Status)
+	autos := res.Map(t)["automations"].([]any)
+	require.Len(t, autos, 1, "a refused POST made an automation, or a refused DELETE removed one")
+	require.Equal(t, "Fixture", autos[0].(map[string]any)["name"])
+	var state string
+	require.NoError(t, testenv.Pool(t).QueryRow(context.Background(),
+		`SELECT state FROM webhook_deliveries WHERE run_id = $1`, f.RunID).Scan(&state))
+	require.Equal(t, "dead", state, "a refused replay replayed")
 
 	// Nothing was created under this fixture's names.
 	var made int

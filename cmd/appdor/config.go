@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/appdor/appdor/automations"
 	"github.com/appdor/appdor/fairness"
 	"github.com/appdor/appdor/server"
 )
@@ -81,6 +83,15 @@ var (
 	sIdleTimeout       = setting{"idle-timeout", "APPDOR_IDLE_TIMEOUT", "2m", "longest a keep-alive connection waits for its next request"}
 	sStreamTimeout     = setting{"stream-timeout", "APPDOR_STREAM_TIMEOUT", "30s", "longest pause between two reads of a CSV import's body or two writes of a CSV export"}
 	sShutdownDrain     = setting{"shutdown-drain", "APPDOR_SHUTDOWN_DRAIN", "8s", "after SIGTERM, how long running requests may finish before they are cancelled (503); the process then closes the pool and exits 0"}
+
+	// Automations and webhooks.
+	sAutoWorkers  = setting{"automation-workers", "APPDOR_AUTOMATION_WORKERS", "4", "automation workers in this process (events and webhook deliveries); 0 runs none here (writes still record events for another process's workers)"}
+	sAutoPool     = setting{"automation-pool-size", "APPDOR_AUTOMATION_POOL_SIZE", "4", "the automation workers' own PostgreSQL pool, apart from --db-max-conns"}
+	sAutoBacklog  = setting{"automation-backlog", "APPDOR_AUTOMATION_BACKLOG", "10000", "automation events one realm may have waiting; past it the realm's writes that would add one are refused (429 automation_backlog)"}
+	sAutoMaxHops  = setting{"automation-max-hops", "APPDOR_AUTOMATION_MAX_HOPS", "8", "how long a chain of automations triggering automations may grow before it stops (automation_hop_limit)"}
+	sWebhookTime  = setting{"webhook-timeout", "APPDOR_WEBHOOK_TIMEOUT", "15s", "longest a webhook receiver may take to answer"}
+	sWebhookPriv  = setting{"webhook-allow-private", "APPDOR_WEBHOOK_ALLOW_PRIVATE", "off", "let webhooks reach loopback, private, link-local, CGNAT and metadata addresses (the SSRF guard refuses them when off)"}
+	sWebhookCIDRs = setting{"webhook-allow-cidrs", "APPDOR_WEBHOOK_ALLOW_CIDRS", "", "comma-separated CIDR ranges webhooks may reach although they are not public, e.g. 10.1.2.0/24"}
 )
 
 // secrets are the settings whose variable must not show as the flag's
@@ -95,7 +106,8 @@ var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBo
 	sFairness, sFairSeats, sFairBgSeats, sFairQueue, sFairWait, sFairRetryAfter,
 	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sLoginAddress, sLoginAccount, sTrustedProxies, sHSTS,
 	sMetricsListen, sMetricsToken, sMetricsRealmIdle,
-	sReadHeaderTimeout, sReadTimeout, sWriteTimeout, sIdleTimeout, sStreamTimeout, sShutdownDrain}
+	sReadHeaderTimeout, sReadTimeout, sWriteTimeout, sIdleTimeout, sStreamTimeout, sShutdownDrain,
+	sAutoWorkers, sAutoPool, sAutoBacklog, sAutoMaxHops, sWebhookTime, sWebhookPriv, sWebhookCIDRs}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -193,6 +205,9 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	if err := timeoutConfig(cmd, &cfg); err != nil {
 		return cfg, err
 	}
+	if cfg.Automations, err = automationsConfig(cmd); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
 }
 
@@ -218,6 +233,51 @@ func timeoutConfig(cmd *cobra.Command, cfg *server.Config) error {
 			cfg.WriteTimeout, cfg.StatementTimeout+cfg.AcquireTimeout)
 	}
 	return nil
+}
+
+// automationsConfig reads the automation workers' and webhooks' settings.
+func automationsConfig(cmd *cobra.Command) (automations.Config, error) {
+	var ac automations.Config
+	count := func(s setting, least, most int) (int, error) {
+		n, err := strconv.Atoi(str(cmd, s))
+		if err != nil || n < least || n > most {
+			return 0, configError(s, "%q is not a number from %d to %d", str(cmd, s), least, most)
+		}
+		return n, nil
+	}
+	var err error
+	if ac.Workers, err = count(sAutoWorkers, 0, 1000); err != nil {
+		return ac, err
+	}
+	if ac.Workers == 0 {
+		ac.Workers = -1 // none here; automations' zero is its default
+	}
+	if ac.PoolSize, err = count(sAutoPool, 1, 1000); err != nil {
+		return ac, err
+	}
+	if ac.Backlog, err = count(sAutoBacklog, 1, 100_000_000); err != nil {
+		return ac, err
+	}
+	if ac.MaxHops, err = count(sAutoMaxHops, 1, 100); err != nil {
+		return ac, err
+	}
+	if ac.DeliveryTimeout, err = duration(cmd, sWebhookTime); err != nil {
+		return ac, err
+	}
+	if ac.AllowPrivate, err = boolean(cmd, sWebhookPriv); err != nil {
+		return ac, err
+	}
+	for _, f := range strings.Split(str(cmd, sWebhookCIDRs), ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return ac, configError(sWebhookCIDRs, "%q is not a CIDR range such as 10.1.2.0/24", f)
+		}
+		ac.AllowCIDRs = append(ac.AllowCIDRs, p.Masked())
+	}
+	return ac, nil
 }
 
 // unauthenticatedConfig reads the limits on what a client may cause before it

@@ -1,0 +1,204 @@
+package automations
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// WorkerConnection readies a connection of the workers' own pool: it
+// declares itself the workers' (appdor.queue = 'worker'), which is what lets
+// the serving role read and lease rows of the two queue tables across realms
+// (the dequeue must see every realm's queue to choose the next realm); the
+// API's connections never do, and see no queue row outside a realm's
+// transaction.
+func WorkerConnection(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, "SELECT set_config('appdor.queue', 'worker', false)")
+	return err
+}
+
+// The realms with due work, found by a loose index scan of the pending
+// index: each step of the recursion is one index probe for the next realm,
+// so a realm with 100,000 pending events costs what a realm with one does.
+// A realm is due when its earliest pending item's time has come (an item
+// whose lease runs is pending with its time at the lease's end).
+const eventRealmsSQL = `
+WITH RECURSIVE realms AS (
+    (SELECT realm_id FROM automation_events WHERE state = 'pending' ORDER BY realm_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.realm_id FROM automation_events e
+            WHERE e.state = 'pending' AND e.realm_id > realms.realm_id ORDER BY e.realm_id LIMIT 1)
+    FROM realms WHERE realms.realm_id IS NOT NULL
+)
+SELECT realm_id FROM realms
+WHERE realm_id IS NOT NULL
+  AND (SELECT e.run_at FROM automation_events e
+       WHERE e.state = 'pending' AND e.realm_id = realms.realm_id ORDER BY e.run_at LIMIT 1) <= now()
+LIMIT 10000`
+
+// claimEventSQL leases one realm's oldest due event: its time moves to the
+// lease's end, and its attempts count up, which names this claim.
+const claimEventSQL = `
+UPDATE automation_events SET run_at = now() + $2::bigint * interval '1 millisecond', attempts = attempts + 1
+WHERE realm_id = $1 AND id = (
+    SELECT id FROM automation_events
+    WHERE realm_id = $1 AND state = 'pending' AND run_at <= now()
+    ORDER BY run_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+RETURNING realm_id, id, table_id, event, row_ids, versions, fields, hop, attempts, created_at`
+
+const deliveryRealmsSQL = `
+WITH RECURSIVE realms AS (
+    (SELECT realm_id FROM webhook_deliveries WHERE state = 'pending' ORDER BY realm_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.realm_id FROM webhook_deliveries d
+            WHERE d.state = 'pending' AND d.realm_id > realms.realm_id ORDER BY d.realm_id LIMIT 1)
+    FROM realms WHERE realms.realm_id IS NOT NULL
+)
+SELECT realm_id FROM realms
+WHERE realm_id IS NOT NULL
+  AND (SELECT d.next_attempt_at FROM webhook_deliveries d
+       WHERE d.state = 'pending' AND d.realm_id = realms.realm_id ORDER BY d.next_attempt_at LIMIT 1) <= now()
+LIMIT 10000`
+
+const claimDeliverySQL = `
+UPDATE webhook_deliveries SET next_attempt_at = now() + $2::bigint * interval '1 millisecond', attempts = attempts + 1
+WHERE realm_id = $1 AND id = (
+    SELECT id FROM webhook_deliveries
+    WHERE realm_id = $1 AND state = 'pending' AND next_attempt_at <= now()
+    ORDER BY next_attempt_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+RETURNING realm_id, id, attempts`
+
+// queue is the fair dequeue of one queue table. Claims go round the realms
+// with due work: a round is read at once (realmsSQL), then each realm of it
+// gets one claim (claimSQL) before the next round is read. Every realm with
+// due work is served once a round, whatever its backlog, so a quiet realm's
+// event waits at most one round of claims, not behind a storm's queue.
+type queue struct {
+	pool      *pgxpool.Pool
+	realmsSQL string
+	claimSQL  string
+	idle      time.Duration // least time between two reads of an empty round
+	// slots, when set, bounds the items one realm's claims hold at once: a
+	// realm at its bound is passed over in a round.
+	slots *slots
+
+	mu      sync.Mutex
+	round   []uuid.UUID
+	emptyAt time.Time // when a read last found no realm with due work
+}
+
+func newQueue(pool *pgxpool.Pool, realmsSQL, claimSQL string, idle time.Duration) *queue {
+	return &queue{pool: pool, realmsSQL: realmsSQL, claimSQL: claimSQL, idle: idle}
+}
+
+// poke lets the next claim read a round at once, even just after one came
+// back empty.
+func (q *queue) poke() {
+	q.mu.Lock()
+	q.emptyAt = time.Time{}
+	q.mu.Unlock()
+}
+
+// next is the realm to claim from next, reading a new round when the last is
+// done (fresh); false when no realm has due work.
+func (q *queue) next(ctx context.Context) (realm uuid.UUID, fresh, ok bool, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.round) == 0 {
+		if time.Since(q.emptyAt) < q.idle {
+			return uuid.Nil, false, false, nil
+		}
+		rows, err := q.pool.Query(ctx, q.realmsSQL)
+		if err != nil {
+			return uuid.Nil, false, false, err
+		}
+		realms, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return uuid.Nil, false, false, err
+		}
+		if len(realms) == 0 {
+			q.emptyAt = time.Now()
+			return uuid.Nil, false, false, nil
+		}
+		q.round, fresh = realms, true
+	}
+	r := q.round[0]
+	q.round = q.round[1:]
+	return r, fresh, true, nil
+}
+
+// claim leases the next realm's oldest due item for lease and scans the
+// claim's RETURNING columns into dest; false when nothing is due. The caller
+// gives the realm's slot back with done when it is finished with the item.
+func (q *queue) claim(ctx context.Context, lease time.Duration, dest ...any) (realm uuid.UUID, ok bool, err error) {
+	rounds := 0
+	for {
+		realm, fresh, ok, err := q.next(ctx)
+		if err != nil || !ok {
+			return uuid.Nil, false, err
+		}
+		if fresh {
+			if rounds++; rounds > 1 {
+				// A whole round passed over: every realm with due work is
+				// at its bound. The realm just read goes back for the next claim.
+				q.mu.Lock()
+				q.round = append([]uuid.UUID{realm}, q.round...)
+				q.mu.Unlock()
+				return uuid.Nil, false, nil
+			}
+		}
+		if q.slots != nil && !q.slots.take(realm) {
+			continue
+		}
+		err = q.pool.QueryRow(ctx, q.claimSQL, realm, lease.Milliseconds()).Scan(dest...)
+		if err == nil {
+			return realm, true, nil
+		}
+		q.done(realm)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return uuid.Nil, false, err
+		}
+		// taken by another worker meanwhile, or leased: the next realm
+	}
+}
+
+// done gives back the slot a claim of realm took.
+func (q *queue) done(realm uuid.UUID) {
+	if q.slots != nil {
+		q.slots.give(realm)
+	}
+}
+
+// slots counts the items each realm holds, up to max each.
+type slots struct {
+	mu  sync.Mutex
+	n   map[uuid.UUID]int
+	max int
+}
+
+func newSlots(max int) *slots { return &slots{n: map[uuid.UUID]int{}, max: max} }
+
+func (s *slots) take(realm uuid.UUID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[realm] >= s.max {
+		return false
+	}
+	s.n[realm]++
+	return true
+}
+
+func (s *slots) give(realm uuid.UUID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[realm]--; s.n[realm] <= 0 {
+		delete(s.n, realm)
+	}
+}

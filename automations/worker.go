@@ -1,0 +1,504 @@
+package automations
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/appdor/appdor"
+	"github.com/appdor/appdor/grid"
+)
+
+// event is a claimed automation event.
+type event struct {
+	realm     uuid.UUID
+	id        int64
+	table     uuid.UUID
+	kind      string
+	rows      []uuid.UUID
+	versions  []int64
+	fields    []string
+	hop       int
+	attempts  int
+	createdAt time.Time
+}
+
+// errLost: the event's lease ran out and another claim took it; this
+// evaluation must change nothing.
+var errLost = errors.New("the event was claimed again")
+
+// work is one worker: it evaluates events and delivers webhooks, one at a
+// time, fairly across realms, and waits for work when there is none.
+func (s *Service) work(ctx context.Context) {
+	t := time.NewTimer(s.cfg.PollInterval)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		did := s.evaluateNext(ctx)
+		if s.deliverNext(ctx) {
+			did = true
+		}
+		if did {
+			continue
+		}
+		t.Reset(s.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-s.wake:
+			s.events.poke()
+			s.deliveries.poke()
+		case <-t.C:
+		}
+	}
+}
+
+// acquire takes a background seat of realm from the gate.
+func (s *Service) acquire(ctx context.Context, realm uuid.UUID) (func(), error) {
+	if s.gate == nil {
+		return func() {}, nil
+	}
+	return s.gate.Acquire(ctx, realm.String())
+}
+
+// evaluateNext claims one event and evaluates it; false when none was due.
+func (s *Service) evaluateNext(ctx context.Context) bool {
+	var e event
+	_, ok, err := s.events.claim(ctx, s.cfg.Lease, &e.realm, &e.id, &e.table, &e.kind, &e.rows, &e.versions, &e.fields,
+		&e.hop, &e.attempts, &e.createdAt)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("automations: claiming an event", slog.String("error", err.Error()))
+		}
+		return false
+	}
+	if !ok {
+		return false
+	}
+	release, err := s.acquire(ctx, e.realm)
+	if err != nil {
+		return true // shutting down: the lease runs out and the event is claimed again
+	}
+	defer release()
+	var deliveries int
+	err = s.wdb.Tx(ctx, e.realm, func(tx pgx.Tx) (err error) {
+		deliveries, err = s.evaluate(ctx, tx, &e)
+		return err
+	})
+	switch {
+	case errors.Is(err, errLost), ctx.Err() != nil:
+	case err != nil:
+		s.failEvent(ctx, &e, err)
+	case deliveries > 0:
+		s.deliveries.poke()
+		s.poke()
+	}
+	return true
+}
+
+// failEvent puts an event whose evaluation failed back in the queue, later,
+// or keeps it as failed after maxEventAttempts.
+func (s *Service) failEvent(ctx context.Context, e *event, cause error) {
+	wait := min(time.Duration(1<<min(e.attempts, 12))*time.Second, 5*time.Minute)
+	s.log.Error("automations: evaluating an event failed", slog.String("realm", e.realm.String()),
+		slog.Int64("event", e.id), slog.Int("attempts", e.attempts), slog.String("error", cause.Error()))
+	_, err := s.wpool.Exec(ctx,
+		`UPDATE automation_events SET state = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'pending' END,
+		        run_at = now() + $5::bigint * interval '1 millisecond', last_error = $6
+		 WHERE realm_id = $1 AND id = $2 AND attempts = $3`,
+		e.realm, e.id, e.attempts, maxEventAttempts, wait.Milliseconds(), cause.Error())
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("automations: recording a failed event", slog.String("error", err.Error()))
+	}
+}
+
+// evaluate consumes the event and runs each enabled automation of its table
+// whose trigger it fires, in tx; it returns the webhook deliveries it queued.
+func (s *Service) evaluate(ctx context.Context, tx pgx.Tx, e *event) (int, error) {
+	tag, err := tx.Exec(ctx, `DELETE FROM automation_events WHERE realm_id = $1 AND id = $2 AND attempts = $3`,
+		e.realm, e.id, e.attempts)
+	if err != nil {
+		return 0, err
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, errLost
+	}
+	autos, err := listAutomations(ctx, tx, e.realm, e.table, true)
+	if err != nil {
+		return 0, err
+	}
+	change := grid.Change{Event: e.kind, Fields: e.fields}
+	var t *grid.Table
+	deliveries := 0
+	for i := range autos {
+		a := &autos[i]
+		if !a.Trigger.matches(change) {
+			continue
+		}
+		if t == nil {
+			if t, err = grid.LoadTable(ctx, tx, e.realm, e.table); err != nil {
+				if appdor.ErrorCode(err) == appdor.ENotFound {
+					return deliveries, nil // the table is gone, and its automations with it
+				}
+				return deliveries, err
+			}
+		}
+		n, err := s.run(ctx, tx, e, t, a)
+		if err != nil {
+			return deliveries, err
+		}
+		deliveries += n
+	}
+	return deliveries, nil
+}
+
+// refusal tells an action's refusal (a cell its field refuses, a table gone,
+// a condition on a deleted field), which fails the run, from a database
+// error, which fails the evaluation and is retried.
+func refusal(err error) bool {
+	switch appdor.ErrorCode(err) {
+	case appdor.EValidation, appdor.EInvalid, appdor.ENotFound:
+		return true
+	}
+	return false
+}
+
+// run runs one automation for an event: the condition picks the rows, and
+// if any remain, a run is recorded and the actions applied, all or none.
+func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a *Automation) (int, error) {
+	var rows []grid.Row
+	var matchErr error
+	if e.kind == grid.EventRowDeleted {
+		for i, id := range e.rows {
+			rows = append(rows, grid.Row{ID: id, Version: e.versions[i]})
+		}
+	} else {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return 0, err
+		}
+		rows, matchErr = grid.MatchRows(ctx, sp, e.realm, t, a.Condition, e.rows)
+		if matchErr != nil {
+			_ = sp.Rollback(ctx)
+			if !refusal(matchErr) {
+				return 0, matchErr
+			}
+		} else if err := sp.Commit(ctx); err != nil {
+			return 0, err
+		}
+		if matchErr == nil && len(rows) == 0 {
+			return 0, nil // the condition keeps no row: no run
+		}
+	}
+	runID, err := uuid.NewV7()
+	if err != nil {
+		return 0, err
+	}
+	ids := make([]uuid.UUID, 0, len(rows))
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	if matchErr != nil {
+		ids = e.rows
+	}
+	if _, err := tx.Exec(ctx,
+		`INSERT INTO automation_runs (realm_id, id, automation_id, event, event_id, row_ids, hop, status, queued_at)
+		 VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)`,
+		e.realm, runID, a.ID, e.kind, e.id, ids, e.hop, e.createdAt); err != nil {
+		return 0, err
+	}
+	n, actErr := 0, matchErr
+	if actErr == nil {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n, actErr = s.act(ctx, sp, e, t, a, runID, rows)
+		if actErr != nil {
+			_ = sp.Rollback(ctx)
+			if !refusal(actErr) {
+				return 0, actErr
+			}
+			n = 0
+		} else if err := sp.Commit(ctx); err != nil {
+			return 0, err
+		}
+	}
+	status := "succeeded"
+	var lastError *string
+	switch {
+	case actErr != nil:
+		status = "failed"
+		msg := actErr.Error()
+		var ae *appdor.Error
+		if errors.As(actErr, &ae) {
+			msg = ae.Message
+			if d, err := json.Marshal(ae.Details); err == nil && ae.Details != nil {
+				msg += ": " + string(d)
+			}
+		}
+		lastError = &msg
+	case n > 0:
+		status = "pending"
+	}
+	if _, err := tx.Exec(ctx,
+		`UPDATE automation_runs SET status = $3, last_error = $4, finished_at = CASE WHEN $3 = 'pending' THEN NULL ELSE now() END
+		 WHERE realm_id = $1 AND id = $2`, e.realm, runID, status, lastError); err != nil {
+		return 0, err
+	}
+	s.metrics.runs.WithLabelValues(status).Inc()
+	return n, pruneRuns(ctx, tx, e.realm, a.ID)
+}
+
+// RunRetention is how long the run log keeps a finished run (and its
+// deliveries).
+const RunRetention = 30 * 24 * time.Hour
+
+// pruneRuns deletes up to ten of an automation's finished runs older than
+// RunRetention, so that each run recorded clears more than it adds once the
+// log is that old, with no sweeper and no unbounded statement. Run ids are
+// UUIDv7, so an id made from the cut-off time bounds them in the index.
+func pruneRuns(ctx context.Context, tx pgx.Tx, realm, automation uuid.UUID) error {
+	_, err := tx.Exec(ctx,
+		`DELETE FROM automation_runs WHERE realm_id = $1 AND id = ANY (ARRAY (
+		   SELECT id FROM automation_runs
+		   WHERE realm_id = $1 AND automation_id = $2 AND id < $3 AND status <> 'pending'
+		   ORDER BY id LIMIT 10))`, realm, automation, uuidAt(time.Now().Add(-RunRetention)))
+	return err
+}
+
+// uuidAt is the least UUIDv7 of the millisecond t.
+func uuidAt(t time.Time) uuid.UUID {
+	var u uuid.UUID
+	ms := uint64(t.UnixMilli())
+	for i := 0; i < 6; i++ {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	u[6] = 0x70
+	u[8] = 0x80
+	return u
+}
+
+// act applies an automation's actions to rows in order: a later action sees
+// what an earlier one wrote. It returns the webhook deliveries it queued.
+func (s *Service) act(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a *Automation, runID uuid.UUID, rows []grid.Row) (int, error) {
+	n := 0
+	for i, ac := range a.Actions {
+		switch ac.Type {
+		case ActionUpdateRow:
+			patches := make([]grid.CellPatch, len(rows))
+			for j, r := range rows {
+				cells, err := resolveCells(ac.Cells, r.Cells)
+				if err != nil {
+					return 0, err
+				}
+				patches[j] = grid.CellPatch{ID: r.ID, Cells: cells}
+			}
+			written, err := grid.PatchRows(ctx, tx, e.realm, t, patches)
+			if err != nil {
+				return 0, actionError(i, err)
+			}
+			byID := make(map[uuid.UUID]grid.Row, len(written))
+			for _, w := range written {
+				byID[w.ID] = w
+			}
+			for j, r := range rows {
+				if w, ok := byID[r.ID]; ok {
+					rows[j] = w
+				}
+			}
+			fields := make([]string, 0, len(ac.Cells))
+			for id := range ac.Cells {
+				fields = append(fields, id)
+			}
+			if err := s.chain(ctx, tx, e, a, t.ID, grid.EventRowUpdated, written, fields); err != nil {
+				return 0, err
+			}
+		case ActionCreateRow:
+			target, err := grid.LoadTable(ctx, tx, e.realm, *ac.Table)
+			if err != nil {
+				return 0, actionError(i, err)
+			}
+			cells := make([]map[string]json.RawMessage, len(rows))
+			for j, r := range rows {
+				if cells[j], err = resolveCells(ac.Cells, r.Cells); err != nil {
+					return 0, actionError(i, err)
+				}
+			}
+			written, err := grid.InsertRows(ctx, tx, e.realm, target, cells)
+			if err != nil {
+				return 0, actionError(i, err)
+			}
+			if err := s.chain(ctx, tx, e, a, target.ID, grid.EventRowCreated, written, nil); err != nil {
+				return 0, err
+			}
+		case ActionWebhook:
+			if ac.Disabled {
+				continue
+			}
+			body, err := webhookBody(e, a, runID, rows)
+			if err != nil {
+				return 0, err
+			}
+			if _, err := tx.Exec(ctx,
+				`INSERT INTO webhook_deliveries (realm_id, id, automation_id, action_id, run_id, url, payload, queued_at)
+				 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+				e.realm, newMessageID(), a.ID, ac.ID, runID, ac.URL, body, e.createdAt); err != nil {
+				return 0, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// actionError names the action an error came from.
+func actionError(i int, err error) error {
+	var ae *appdor.Error
+	if errors.As(err, &ae) {
+		return &appdor.Error{Code: ae.Code, Message: fmt.Sprintf("action %d: %s", i, ae.Message), Details: ae.Details}
+	}
+	return err
+}
+
+// chain records the event an action's write causes, one hop further, when
+// its table has an automation it fires; past MaxHops the chain stops.
+func (s *Service) chain(ctx context.Context, tx pgx.Tx, e *event, a *Automation, table uuid.UUID, kind string, written []grid.Row, fields []string) error {
+	if len(written) == 0 {
+		return nil
+	}
+	refs := make([]grid.RowRef, len(written))
+	for i, w := range written {
+		refs[i] = grid.RowRef{ID: w.ID, Version: w.Version}
+	}
+	change := grid.Change{Event: kind, Rows: refs, Fields: fields}
+	match, err := s.triggers.matches(ctx, tx, e.realm, table, change)
+	if err != nil || !match {
+		return err
+	}
+	if e.hop+1 > s.cfg.MaxHops {
+		s.metrics.hopLimit.Inc()
+		s.log.Warn("automation_hop_limit: a chain of automations stopped", slog.String("realm", e.realm.String()),
+			slog.String("automation", a.ID.String()), slog.Int("hop", e.hop), slog.Int("automation_max_hops", s.cfg.MaxHops))
+		return nil
+	}
+	return s.enqueue(ctx, tx, e.realm, table, change, e.hop+1)
+}
+
+// template is a cell value that copies a field of the triggering row.
+var template = regexp.MustCompile(`^\{\{\s*([0-9a-fA-F-]{36})\s*\}\}$`)
+
+// templateField returns the field id a cell value copies, or "".
+func templateField(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	if m := template.FindStringSubmatch(s); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// resolveCells fills an action's cells from the triggering row's cells: a
+// value "{{FIELD_ID}}" copies that field's cell (null when it is empty);
+// any other value is taken as is.
+func resolveCells(cells map[string]json.RawMessage, src json.RawMessage) (map[string]json.RawMessage, error) {
+	var from map[string]json.RawMessage
+	if len(src) > 0 {
+		if err := json.Unmarshal(src, &from); err != nil {
+			return nil, err
+		}
+	}
+	out := make(map[string]json.RawMessage, len(cells))
+	for id, v := range cells {
+		if f := templateField(v); f != "" {
+			if c, ok := from[f]; ok {
+				out[id] = c
+			} else {
+				out[id] = json.RawMessage("null")
+			}
+			continue
+		}
+		out[id] = v
+	}
+	return out, nil
+}
+
+// webhookRow is one row of a webhook's payload.
+type webhookRow struct {
+	ID      uuid.UUID       `json:"id"`
+	Version int64           `json:"version"`
+	Cells   json.RawMessage `json:"cells,omitempty"`
+}
+
+// WebhookPayload is the body of a webhook: the Standard Webhooks envelope
+// (type, timestamp, data). Its rows are those the write batch changed and
+// the condition kept, with their cells as of the evaluation (a deleted row
+// has none).
+type WebhookPayload struct {
+	Type      string    `json:"type"`
+	Timestamp time.Time `json:"timestamp"`
+	Data      struct {
+		AutomationID uuid.UUID    `json:"automation_id"`
+		TableID      uuid.UUID    `json:"table_id"`
+		RunID        uuid.UUID    `json:"run_id"`
+		Hop          int          `json:"hop"`
+		Rows         []webhookRow `json:"rows"`
+	} `json:"data"`
+}
+
+func webhookBody(e *event, a *Automation, runID uuid.UUID, rows []grid.Row) ([]byte, error) {
+	p := WebhookPayload{Type: e.kind, Timestamp: e.createdAt.UTC()}
+	p.Data.AutomationID, p.Data.TableID, p.Data.RunID, p.Data.Hop = a.ID, e.table, runID, e.hop
+	p.Data.Rows = make([]webhookRow, len(rows))
+	for i, r := range rows {
+		p.Data.Rows[i] = webhookRow{ID: r.ID, Version: r.Version, Cells: r.Cells}
+	}
+	return json.Marshal(p)
+}
+
+// sample reads the queue's depth and oldest pending event per realm into the
+// gauges and the backlog estimate, every SampleInterval.
+func (s *Service) sample(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		if err := s.sampleOnce(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("automations: sampling the queue", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Service) sampleOnce(ctx context.Context) error {
+	rows, err := s.wpool.Query(ctx,
+		`SELECT realm_id, count(*)::int, extract(epoch FROM now() - min(created_at))::float8
+		 FROM automation_events WHERE state = 'pending' GROUP BY realm_id`)
+	if err != nil {
+		return err
+	}
+	counts := map[uuid.UUID]int{}
+	ages := map[uuid.UUID]float64{}
+	var realm uuid.UUID
+	var n int
+	var age float64
+	if _, err := pgx.ForEachRow(rows, []any{&realm, &n, &age}, func() error {
+		counts[realm], ages[realm] = n, age
+		return nil
+	}); err != nil {
+		return err
+	}
+	s.backlog.reset(counts)
+	s.metrics.setQueue(counts, ages)
+	return nil
+}

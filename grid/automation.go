@@ -1,0 +1,189 @@
+package grid
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/appdor/appdor"
+)
+
+// Row change events, as automations name their triggers.
+const (
+	EventRowCreated = "row.created"
+	EventRowUpdated = "row.updated"
+	EventRowDeleted = "row.deleted"
+)
+
+// RowRef names one written row and the version the write left it at.
+type RowRef struct {
+	ID      uuid.UUID
+	Version int64
+}
+
+// Change is one committed write batch of one table: its event, the rows it
+// wrote and, for an update, the ids of the fields it set. It carries no cell
+// data.
+type Change struct {
+	Event  string
+	Rows   []RowRef
+	Fields []string
+}
+
+// Events hears of row writes inside their transaction, so that what it
+// records commits or rolls back with the write. An error refuses the write.
+type Events interface {
+	RowsChanged(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID, change Change) error
+}
+
+// rowsChanged tells h.Events of a write batch, when there is one to tell.
+func (h *Handler) rowsChanged(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID, event string, rows []Row, fields []string) error {
+	if h.Events == nil || len(rows) == 0 {
+		return nil
+	}
+	refs := make([]RowRef, len(rows))
+	for i, r := range rows {
+		refs[i] = RowRef{ID: r.ID, Version: r.Version}
+	}
+	return h.Events.RowsChanged(ctx, tx, realm, table, Change{Event: event, Rows: refs, Fields: fields})
+}
+
+// patchedFields lists, once each, the field ids a batch of patches sets.
+func patchedFields(patches []RowPatch) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range patches {
+		for id := range p.Cells {
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+// The functions below let automations act on rows with grid's own rules:
+// the read API's filters, and the cell validation of the write API. They run
+// inside the caller's realm-scoped transaction.
+
+// DecodeJSON reads a request's JSON body into v as the grid API does:
+// unknown fields and trailing data are refused.
+func DecodeJSON(c echo.Context, v any) error { return decode(c, v) }
+
+// LoadTable reads a table and its fields.
+func LoadTable(ctx context.Context, tx pgx.Tx, realm, id uuid.UUID) (*Table, error) {
+	return loadTable(ctx, tx, realm, id)
+}
+
+// Field returns the table's field of the given id, or nil.
+func (t *Table) Field(id string) *Field { return t.field(id) }
+
+// CheckFilters parses filters (FIELD:OP:VALUE, as the read API's filter=)
+// against t and returns a validation error naming the first one that is
+// wrong.
+func CheckFilters(t *Table, filters []string) error {
+	if len(filters) > maxFilters {
+		return appdor.Errorf(appdor.EValidation, "at most %d conditions", maxFilters)
+	}
+	for i, s := range filters {
+		if _, err := parseFilter(t, s); err != nil {
+			return appdor.Invalid("a condition is invalid", appdor.Detail{Row: &i, Field: "condition", Message: appdorMessage(err)})
+		}
+	}
+	return nil
+}
+
+// CheckCells validates cell values against t as a write would, and returns a
+// validation error with a detail for each wrong cell.
+func CheckCells(t *Table, cells map[string]json.RawMessage) error {
+	if _, details := checkCells(t, 0, cells, true); details != nil {
+		return appdor.Invalid("some cells are invalid", details...)
+	}
+	return nil
+}
+
+func appdorMessage(err error) string {
+	var ae *appdor.Error
+	if errors.As(err, &ae) {
+		return ae.Message
+	}
+	return err.Error()
+}
+
+// MatchRows returns those of the rows ids of table that every filter keeps,
+// as they are now; rows gone since are left out. No filter keeps them all.
+func MatchRows(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, filters []string, ids []uuid.UUID) ([]Row, error) {
+	b := &sqlBuilder{}
+	conds := []string{"r.realm_id = " + b.arg(realm), "r.table_id = " + b.arg(t.ID), "r.id = ANY(" + b.arg(ids) + "::uuid[])"}
+	for _, s := range filters {
+		f, err := parseFilter(t, s)
+		if err != nil {
+			return nil, err
+		}
+		conds = append(conds, b.where(f))
+	}
+	rows, err := tx.Query(ctx, "SELECT r.id, r.version, r.cells, r.created_at, r.updated_at FROM rows r WHERE "+
+		strings.Join(conds, " AND ")+" ORDER BY r.id", b.args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []Row
+	var r Row
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Version, &r.Cells, &r.CreatedAt, &r.UpdatedAt}, func() error {
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// CellPatch sets cells of one row, whatever its version.
+type CellPatch struct {
+	ID    uuid.UUID
+	Cells map[string]json.RawMessage
+}
+
+// PatchRows validates and merges each patch's cells into its row (a null
+// clears a cell) and bumps the version; rows gone since are skipped. It
+// returns the rows as written.
+func PatchRows(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, patches []CellPatch) ([]Row, error) {
+	cells := make([]map[string]json.RawMessage, len(patches))
+	ids := make([]uuid.UUID, len(patches))
+	for i, p := range patches {
+		cells[i], ids[i] = p.Cells, p.ID
+	}
+	b, err := validateBatch(ctx, tx, realm, t, cells, true)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx,
+		`UPDATE rows r SET cells = jsonb_strip_nulls(r.cells || u.patch), version = r.version + 1, updated_at = now()
+		 FROM unnest($3::uuid[], $4::jsonb[]) AS u(id, patch)
+		 WHERE r.realm_id = $1 AND r.table_id = $2 AND r.id = u.id
+		 RETURNING r.id, r.version, r.cells, r.created_at, r.updated_at`,
+		realm, t.ID, ids, b)
+	if err != nil {
+		return nil, err
+	}
+	var out []Row
+	var r Row
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Version, &r.Cells, &r.CreatedAt, &r.UpdatedAt}, func() error {
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// InsertRows validates and inserts rows into t, and returns them as stored.
+func InsertRows(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, cells []map[string]json.RawMessage) ([]Row, error) {
+	b, err := validateBatch(ctx, tx, realm, t, cells, false)
+	if err != nil {
+		return nil, err
+	}
+	return insertRows(ctx, tx, realm, t.ID, b)
+}
