@@ -103,22 +103,6 @@ func (s *Service) Routes(g *echo.Group) {
 	g.POST("/tables/:table/automations/:automation/runs/:run/replay", s.replay, write)
 }
 
-func realmOf(c echo.Context) uuid.UUID {
-	if p := tenancy.PrincipalOf(c); p != nil {
-		return p.RealmID
-	}
-	return uuid.Nil
-}
-
-// idParam parses a path id; a malformed one names nothing, so it is not found.
-func idParam(c echo.Context, name string) (uuid.UUID, error) {
-	id, err := uuid.Parse(c.Param(name))
-	if err != nil {
-		return uuid.Nil, appdor.Errorf(appdor.ENotFound, "%s %q not found", name, c.Param(name))
-	}
-	return id, nil
-}
-
 const automationColumns = `id, table_id, name, enabled, trigger, condition, actions, created_at, updated_at`
 
 func scanAutomation(row pgx.Row, a *Automation, extra ...any) error {
@@ -386,7 +370,7 @@ func stored(actions []Action) []Action {
 }
 
 func (s *Service) create(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := grid.IDParam(c, "table")
 	if err != nil {
 		return err
 	}
@@ -407,7 +391,7 @@ func (s *Service) create(c echo.Context) error {
 	if ds != nil {
 		return &appdor.Error{Code: appdor.EValidation, Message: "the automation is invalid; nothing was saved", Details: ds}
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), grid.RealmOf(c)
 	id, err := uuid.NewV7()
 	if err != nil {
 		return err
@@ -444,11 +428,11 @@ func (s *Service) create(c echo.Context) error {
 }
 
 func (s *Service) list(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := grid.IDParam(c, "table")
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), grid.RealmOf(c)
 	var out []Automation
 	err = s.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		if _, err := grid.LoadTable(ctx, tx, realm, tableID); err != nil {
@@ -464,15 +448,15 @@ func (s *Service) list(c echo.Context) error {
 }
 
 func (s *Service) get(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := grid.IDParam(c, "table")
 	if err != nil {
 		return err
 	}
-	id, err := idParam(c, "automation")
+	id, err := grid.IDParam(c, "automation")
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), grid.RealmOf(c)
 	var a *Automation
 	err = s.db.Tx(ctx, realm, func(tx pgx.Tx) (err error) {
 		a, _, err = getAutomation(ctx, tx, realm, tableID, id, false)
@@ -485,11 +469,11 @@ func (s *Service) get(c echo.Context) error {
 }
 
 func (s *Service) update(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := grid.IDParam(c, "table")
 	if err != nil {
 		return err
 	}
-	id, err := idParam(c, "automation")
+	id, err := grid.IDParam(c, "automation")
 	if err != nil {
 		return err
 	}
@@ -497,7 +481,7 @@ func (s *Service) update(c echo.Context) error {
 	if err := grid.DecodeJSON(c, &in); err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), grid.RealmOf(c)
 	var a *Automation
 	shown := map[string]string{}
 	err = s.db.Tx(ctx, realm, func(tx pgx.Tx) error {
@@ -526,15 +510,15 @@ func (s *Service) update(c echo.Context) error {
 }
 
 func (s *Service) remove(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := grid.IDParam(c, "table")
 	if err != nil {
 		return err
 	}
-	id, err := idParam(c, "automation")
+	id, err := grid.IDParam(c, "automation")
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), grid.RealmOf(c)
 	err = s.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM automations WHERE realm_id = $1 AND table_id = $2 AND id = $3`, realm, tableID, id)
 		if err == nil && tag.RowsAffected() == 0 {
@@ -623,11 +607,11 @@ func withDeliveries(ctx context.Context, tx pgx.Tx, realm uuid.UUID, runs []Run)
 // runs serves the run log, newest first, a page at a time: next_cursor,
 // when set, reads the next (older) page.
 func (s *Service) runs(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := grid.IDParam(c, "table")
 	if err != nil {
 		return err
 	}
-	id, err := idParam(c, "automation")
+	id, err := grid.IDParam(c, "automation")
 	if err != nil {
 		return err
 	}
@@ -647,7 +631,7 @@ func (s *Service) runs(c echo.Context) error {
 		}
 		before = &b
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), grid.RealmOf(c)
 	out := []Run{}
 	err = s.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		if _, _, err := getAutomation(ctx, tx, realm, tableID, id, false); err != nil {
@@ -690,19 +674,19 @@ func (s *Service) runs(c echo.Context) error {
 // replay sends a run's failed and dead deliveries again, each with its own
 // webhook-id, from a fresh retry schedule.
 func (s *Service) replay(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := grid.IDParam(c, "table")
 	if err != nil {
 		return err
 	}
-	id, err := idParam(c, "automation")
+	id, err := grid.IDParam(c, "automation")
 	if err != nil {
 		return err
 	}
-	runID, err := idParam(c, "run")
+	runID, err := grid.IDParam(c, "run")
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), grid.RealmOf(c)
 	var r Run
 	err = s.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		if _, _, err := getAutomation(ctx, tx, realm, tableID, id, false); err != nil {

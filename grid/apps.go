@@ -29,7 +29,7 @@ func (h *Handler) createApp(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	a := App{Name: name}
 	err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
 		_, err := pgx.ForEachRow(rows, []any{&a.ID, &a.CreatedAt}, func() error { return nil })
@@ -42,7 +42,7 @@ func (h *Handler) createApp(c echo.Context) error {
 }
 
 func (h *Handler) listApps(c echo.Context) error {
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	apps := []App{}
 	err := h.db.Query(ctx, realm, func(rows pgx.Rows) error {
 		var a App

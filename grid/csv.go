@@ -179,7 +179,7 @@ const (
 // formulas=raw writes every cell exactly as stored, for programs that read
 // CSV as data.
 func (h *Handler) exportCSV(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func (h *Handler) exportCSV(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	res := c.Response()
 	res.Header().Set(echo.HeaderContentType, "text/csv; charset=utf-8")
 	res.Header().Set(echo.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": t.Name + ".csv"}))
@@ -287,7 +287,7 @@ func (r *csvImport) fail(e csvError) {
 // under a background seat of the Gate. A row with an invalid cell is skipped and reported
 // with its line; the others are written. Memory holds one batch, never the file.
 func (h *Handler) importCSV(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
@@ -321,7 +321,7 @@ func (h *Handler) importCSV(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	res := &csvImport{Errors: []csvError{}}
 	batch := make([]map[string]any, 0, csvBatch)
 	lines := make([]int, 0, csvBatch)

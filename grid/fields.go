@@ -407,7 +407,7 @@ func checkLinkTarget(ctx context.Context, tx pgx.Tx, realm, appID uuid.UUID, o F
 }
 
 func (h *Handler) createField(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
@@ -421,7 +421,7 @@ func (h *Handler) createField(c echo.Context) error {
 	if member, msg := checkField(in.Name, in.Type, in.Options); msg != "" {
 		return fieldInvalid(member, msg)
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	var out *Field
 	err = h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		t, err := loadTable(ctx, tx, realm, tableID)
@@ -461,11 +461,11 @@ func (h *Handler) createField(c echo.Context) error {
 }
 
 func (h *Handler) updateField(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
-	fieldID, err := idParam(c, "field")
+	fieldID, err := IDParam(c, "field")
 	if err != nil {
 		return err
 	}
@@ -473,7 +473,7 @@ func (h *Handler) updateField(c echo.Context) error {
 	if err := decode(c, &in); err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	var out Field
 	err = h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		t, err := loadTable(ctx, tx, realm, tableID)
@@ -528,15 +528,15 @@ func (h *Handler) updateField(c echo.Context) error {
 
 // deleteField removes a field and its key from every cell of the table.
 func (h *Handler) deleteField(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
-	fieldID, err := idParam(c, "field")
+	fieldID, err := IDParam(c, "field")
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	err = h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		t, err := loadTable(ctx, tx, realm, tableID)
 		if err != nil {

@@ -73,21 +73,23 @@ func (h *Handler) Routes(g *echo.Group) {
 	g.POST("/tables/:table/csv", h.importCSV, write)
 }
 
-// realmOf returns the realm the request acts in. The server guarantees a
-// principal on every grid route.
-func realmOf(c echo.Context) uuid.UUID {
+// RealmOf returns the realm the request acts in. The server guarantees a
+// principal on every grid route (and on the automations routes, which use it
+// too).
+func RealmOf(c echo.Context) uuid.UUID {
 	if p := tenancy.PrincipalOf(c); p != nil {
 		return p.RealmID
 	}
 	return uuid.Nil
 }
 
-// idParam parses a path id. A malformed id names nothing this realm can see,
-// so it is not found rather than a bad request.
-func idParam(c echo.Context, name string) (uuid.UUID, error) {
+// IDParam parses a path id. A malformed id names nothing this realm can see,
+// so it is not found rather than a bad request; the message quotes at most
+// 64 characters of it (a 5,000-character id came back whole).
+func IDParam(c echo.Context, name string) (uuid.UUID, error) {
 	id, err := uuid.Parse(c.Param(name))
 	if err != nil {
-		return uuid.Nil, appdor.Errorf(appdor.ENotFound, "%s %q not found", name, c.Param(name))
+		return uuid.Nil, appdor.Errorf(appdor.ENotFound, "%s %.64q not found", name, c.Param(name))
 	}
 	return id, nil
 }

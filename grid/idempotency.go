@@ -48,7 +48,7 @@ func readBody(c echo.Context) ([]byte, error) {
 // conflict. A write that fails leaves no key behind, so retrying it runs it
 // again. Keys expire after a day.
 func (h *Handler) writeOnce(c echo.Context, body []byte, status int, write func(ctx context.Context, tx pgx.Tx) (any, error)) error {
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	key := c.Request().Header.Get(IdempotencyHeader)
 	if key == "" {
 		var out any

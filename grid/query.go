@@ -530,7 +530,7 @@ func (p readParams) needsFields() bool { return p.sort != "" || len(p.filters) >
 // the read runs once more on fresh fields (two more round trips, once per
 // change of the table's fields).
 func (h *Handler) withFields(c echo.Context, tableID uuid.UUID, run func(t *Table) (sig string, found bool, err error)) error {
-	realm := realmOf(c)
+	realm := RealmOf(c)
 	e, cached := h.schemas.get(realm, tableID)
 	for {
 		if !cached {
@@ -564,10 +564,10 @@ func (h *Handler) withFields(c echo.Context, tableID uuid.UUID, run func(t *Tabl
 // loadTableForRead reads a table's definition in its own round trip.
 func (h *Handler) loadTableForRead(c echo.Context, tableID uuid.UUID) (*Table, error) {
 	var t *Table
-	err := h.db.Query(c.Request().Context(), realmOf(c), func(rows pgx.Rows) (err error) {
+	err := h.db.Query(c.Request().Context(), RealmOf(c), func(rows pgx.Rows) (err error) {
 		t, err = scanTable(rows)
 		return err
-	}, tableSQL, realmOf(c), tableID)
+	}, tableSQL, RealmOf(c), tableID)
 	return t, err
 }
 
@@ -641,7 +641,7 @@ func (p *page) release() {
 // round trip, the sorted or filtered path after reading the fields, and link
 // display values in one more query when the table has links.
 func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limit int, out *page) error {
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	var hasLinks bool
 	var lastValues []any
 	var spec string
@@ -751,7 +751,7 @@ func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: tru
 
 // listRows serves GET /tables/{table}/rows.
 func (h *Handler) listRows(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
@@ -803,7 +803,7 @@ func qArg(q string) []any {
 // countRows serves GET /tables/{table}/count: the rows a read with the same
 // filters and search would walk. It is the only place that counts.
 func (h *Handler) countRows(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
@@ -811,7 +811,7 @@ func (h *Handler) countRows(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	var n *int64
 	if len(p.filters) == 0 {
 		found := false

@@ -159,7 +159,7 @@ func insertRows(ctx context.Context, tx pgx.Tx, realm, tableID uuid.UUID, cells 
 }
 
 func (h *Handler) createRows(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (h *Handler) createRows(c echo.Context) error {
 	if err := batchSize(len(in.Rows), "row"); err != nil {
 		return err
 	}
-	realm := realmOf(c)
+	realm := RealmOf(c)
 	return h.writeOnce(c, body, http.StatusCreated, func(ctx context.Context, tx pgx.Tx) (any, error) {
 		t, err := loadTable(ctx, tx, realm, tableID)
 		if err != nil {
@@ -201,7 +201,7 @@ func (h *Handler) createRows(c echo.Context) error {
 // updateRows merges each patch's cells into its row and bumps the version,
 // all or nothing: a stale version is a conflict and changes no row.
 func (h *Handler) updateRows(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (h *Handler) updateRows(c echo.Context) error {
 	if details != nil {
 		return appdor.Invalid("some rows are invalid; nothing was written", details...)
 	}
-	realm := realmOf(c)
+	realm := RealmOf(c)
 	return h.writeOnce(c, body, http.StatusOK, func(ctx context.Context, tx pgx.Tx) (any, error) {
 		t, err := loadTable(ctx, tx, realm, tableID)
 		if err != nil {
@@ -319,7 +319,7 @@ func missedRows(ctx context.Context, tx pgx.Tx, realm, tableID uuid.UUID, in []R
 // the link cells that pointed at them. Ids that name no row are ignored, so a
 // retried delete is harmless.
 func (h *Handler) deleteRows(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
@@ -332,7 +332,7 @@ func (h *Handler) deleteRows(c echo.Context) error {
 	if err := batchSize(len(in.IDs), "id"); err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	var deleted []string
 	err = h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		if _, err := loadTable(ctx, tx, realm, tableID); err != nil {
@@ -364,15 +364,15 @@ func (h *Handler) deleteRows(c echo.Context) error {
 }
 
 func (h *Handler) getRow(c echo.Context) error {
-	tableID, err := idParam(c, "table")
+	tableID, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
-	rowID, err := idParam(c, "row")
+	rowID, err := IDParam(c, "row")
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	var r *Row
 	err = h.db.Query(ctx, realm, func(rows pgx.Rows) error {
 		for rows.Next() {

@@ -113,7 +113,7 @@ func checkFields(in []FieldInput) []Detail {
 }
 
 func (h *Handler) createTable(c echo.Context) error {
-	appID, err := idParam(c, "app")
+	appID, err := IDParam(c, "app")
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (h *Handler) createTable(c echo.Context) error {
 	if d := checkFields(in.Fields); d != nil {
 		return appdor.Invalid("some fields are invalid", d...)
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	var t *Table
 	err = h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		var tableID uuid.UUID
@@ -179,11 +179,11 @@ func (h *Handler) createTable(c echo.Context) error {
 }
 
 func (h *Handler) getTable(c echo.Context) error {
-	id, err := idParam(c, "table")
+	id, err := IDParam(c, "table")
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	var t *Table
 	err = h.db.Query(ctx, realm, func(rows pgx.Rows) (err error) {
 		t, err = scanTable(rows)
@@ -196,11 +196,11 @@ func (h *Handler) getTable(c echo.Context) error {
 }
 
 func (h *Handler) listTables(c echo.Context) error {
-	appID, err := idParam(c, "app")
+	appID, err := IDParam(c, "app")
 	if err != nil {
 		return err
 	}
-	ctx, realm := c.Request().Context(), realmOf(c)
+	ctx, realm := c.Request().Context(), RealmOf(c)
 	type tableRef struct {
 		ID        uuid.UUID `json:"id"`
 		Name      string    `json:"name"`
