@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -323,14 +324,16 @@ func (h *Handler) importCSV(c echo.Context) error {
 	}
 	ctx, realm := c.Request().Context(), RealmOf(c)
 	res := &csvImport{Errors: []csvError{}}
-	batch := make([]map[string]any, 0, csvBatch)
-	lines := make([]int, 0, csvBatch)
+	// Only reading the body's records happens outside a seat; converting
+	// the cells, encoding and writing a batch all run under its background
+	// seat, so an import's CPU is background work as much as its writes.
+	batch := make([]csvRecord, 0, csvBatch)
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		err := h.importBatch(ctx, realm, t, batch, lines, res)
-		batch, lines = batch[:0], lines[:0]
+		err := h.importBatch(ctx, realm, t, cols, batch, res)
+		batch = batch[:0]
 		return err
 	}
 	for {
@@ -341,10 +344,9 @@ func (h *Handler) importCSV(c echo.Context) error {
 		var pe *csv.ParseError
 		if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
 			// The line was read whole; only its length is wrong.
-			res.fail(csvError{Line: pe.StartLine, Message: fmt.Sprintf("expected %d values, found %d", len(header), len(rec))})
-			continue
-		}
-		if err != nil {
+			batch = append(batch, csvRecord{line: pe.StartLine, failed: &csvError{Line: pe.StartLine,
+				Message: fmt.Sprintf("expected %d values, found %d", len(header), len(rec))}})
+		} else if err != nil {
 			// A malformed line (a bare or unclosed quote) or a failed read
 			// stops the import: past it, lines cannot be told apart. The
 			// valid rows before it are written, and the error says how many
@@ -357,28 +359,12 @@ func (h *Handler) importCSV(c echo.Context) error {
 				res.StoppedAtLine = pe.Line
 			}
 			return partial(csvReadError(err), res)
+		} else {
+			// Only a record read whole has field positions: asking for one
+			// after a parse error panics.
+			line, _ := r.FieldPos(0)
+			batch = append(batch, csvRecord{line: line, values: slices.Clone(rec)})
 		}
-		// Only a record read whole has field positions: asking for one
-		// after a parse error panics.
-		line, _ := r.FieldPos(0)
-		cells := make(map[string]any, len(cols))
-		bad := false
-		for i, f := range cols {
-			v, err := csvCell(f, rec[i])
-			if err != nil {
-				res.fail(csvError{Line: line, Field: f.Name, Message: err.Error()})
-				bad = true
-				break
-			}
-			if v != nil {
-				cells[f.ID.String()] = v
-			}
-		}
-		if bad {
-			continue
-		}
-		batch = append(batch, cells)
-		lines = append(lines, line)
 		if len(batch) == csvBatch {
 			if err := flush(); err != nil {
 				return partial(err, res)
@@ -389,6 +375,29 @@ func (h *Handler) importCSV(c echo.Context) error {
 		return partial(err, res)
 	}
 	return c.JSON(http.StatusCreated, res)
+}
+
+// csvRecord is one line of an import as read: its values, or why it failed.
+type csvRecord struct {
+	line   int
+	values []string
+	failed *csvError
+}
+
+// csvRow converts a record's values to a row's cells, or says which cell is
+// invalid.
+func csvRow(cols []*Field, rec csvRecord) (map[string]any, *csvError) {
+	cells := make(map[string]any, len(cols))
+	for i, f := range cols {
+		v, err := csvCell(f, rec.values[i])
+		if err != nil {
+			return nil, &csvError{Line: rec.line, Field: f.Name, Message: err.Error()}
+		}
+		if v != nil {
+			cells[f.ID.String()] = v
+		}
+	}
+	return cells, nil
 }
 
 // csvColumns maps a header to the table's fields, by name (case-insensitive)
@@ -445,15 +454,34 @@ func partial(err error, res *csvImport) error {
 	return appdor.WithDetails(err, res)
 }
 
-// importBatch writes one batch in its own transaction once the Gate admits
-// it. Rows whose links name missing rows are reported and left out.
-func (h *Handler) importBatch(ctx context.Context, realm uuid.UUID, t *Table, batch []map[string]any, lines []int, res *csvImport) error {
+// importBatch converts one batch's records and writes their rows in one
+// transaction, under a background seat of the Gate. Rows with an invalid cell,
+// or whose links name missing rows, are reported and left out.
+func (h *Handler) importBatch(ctx context.Context, realm uuid.UUID, t *Table, cols []*Field, recs []csvRecord, res *csvImport) error {
 	if h.Gate != nil {
 		release, err := h.Gate.Acquire(ctx, realm.String())
 		if err != nil {
 			return err
 		}
 		defer release()
+	}
+	batch := make([]map[string]any, 0, len(recs))
+	lines := make([]int, 0, len(recs))
+	for _, rec := range recs {
+		if rec.failed != nil {
+			res.fail(*rec.failed)
+			continue
+		}
+		cells, failed := csvRow(cols, rec)
+		if failed != nil {
+			res.fail(*failed)
+			continue
+		}
+		batch = append(batch, cells)
+		lines = append(lines, rec.line)
+	}
+	if len(batch) == 0 {
+		return nil
 	}
 	return h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
 		details, err := checkLinks(ctx, tx, realm, t, batch, lines)
