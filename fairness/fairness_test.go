@@ -282,6 +282,7 @@ func (c *Controller) isBacklogged(flow string) bool {
 func TestAnExpiredWaitRefuses(t *testing.T) {
 	t.Parallel()
 	c, k, reg := setup(t, func(cfg *Config) { cfg.Seats = 1 })
+	now(t, c, "b")() // another realm is active
 	hold := now(t, c, "a")
 	out := make(chan grant, 1)
 	ask(c, "a", Interactive, out)
@@ -298,6 +299,44 @@ func TestAnExpiredWaitRefuses(t *testing.T) {
 	require.Equal(t, 0, c.Queued("a", Interactive))
 	require.Equal(t, 1.0, counter(t, reg, "appdor_fairness_refused_total", "a", "interactive", ReasonWaitExpired))
 	hold()
+}
+
+// A realm alone waits behind its own work past the wait bound: the bound
+// keeps other realms' latency, and there are none. Once another realm is
+// active, the wait expires.
+func TestARealmAloneIsNotRefusedForWaiting(t *testing.T) {
+	t.Parallel()
+	c, k, reg := setup(t, func(cfg *Config) { cfg.Seats = 1 })
+	hold := now(t, c, "lone")
+	out := make(chan grant, 2)
+	ask(c, "lone", Interactive, out)
+	ask(c, "lone", Interactive, out)
+	awaitQueued(t, c, "lone", Interactive, 2)
+	k.advance(c.cfg.WaitBound)
+	k.advance(3 * c.cfg.WaitBound)
+	none(t, out)
+	hold()
+	g := next(t, out)
+	require.NoError(t, g.err)
+	require.Equal(t, 1, c.Queued("lone", Interactive))
+	require.Equal(t, 0.0, counter(t, reg, "appdor_fairness_refused_total", "lone", "interactive", ReasonWaitExpired))
+
+	// Another realm arrives (and goes): the lone realm's remaining wait is
+	// refused when its bound next comes round.
+	ctx, cancel := context.WithCancel(context.Background())
+	other := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "other", Interactive)
+		other <- err
+	}()
+	awaitQueued(t, c, "other", Interactive, 1)
+	cancel()
+	require.Equal(t, ReasonCanceled, reason(<-other))
+	k.advance(c.cfg.WaitBound)
+	require.Equal(t, ReasonWaitExpired, reason(next(t, out).err))
+	require.Equal(t, 0, c.Queued("lone", Interactive))
+	g.release()
+	require.Equal(t, 0, c.InUse(Interactive))
 }
 
 // A full queue refuses at once.
