@@ -302,7 +302,7 @@ func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID
 		return err
 	}
 	s.backlog.add(realm)
-	s.poke()
+	grid.AfterCommit(ctx, s.poke)
 	return nil
 }
 

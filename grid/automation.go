@@ -187,3 +187,38 @@ func InsertRows(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, cells
 	}
 	return insertRows(ctx, tx, realm, t.ID, b)
 }
+
+// afterCommit is what must run once a write's transaction has committed.
+type afterCommit struct{ fns []func() }
+
+type afterCommitKey struct{}
+
+// AfterCommit runs f once the grid write whose context ctx is has committed,
+// and never if it rolls back: a worker woken before the commit would find
+// nothing to claim and sleep until its next poll. Outside a grid write (an
+// automation's own action, a test), f runs at once.
+func AfterCommit(ctx context.Context, f func()) {
+	if a, ok := ctx.Value(afterCommitKey{}).(*afterCommit); ok {
+		a.fns = append(a.fns, f)
+		return
+	}
+	f()
+}
+
+// writeTx is h.db.Tx for the writes that tell h.Events: fn's context
+// collects AfterCommit functions, run when the transaction has committed.
+func (h *Handler) writeTx(ctx context.Context, realm uuid.UUID, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	a := &afterCommit{}
+	ctx = context.WithValue(ctx, afterCommitKey{}, a)
+	err := h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
+		a.fns = a.fns[:0] // a retried transaction starts over
+		return fn(ctx, tx)
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range a.fns {
+		f()
+	}
+	return nil
+}

@@ -483,7 +483,7 @@ func (h *Handler) importBatch(ctx context.Context, realm uuid.UUID, t *Table, co
 	if len(batch) == 0 {
 		return nil
 	}
-	return h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
+	return h.writeTx(ctx, realm, func(ctx context.Context, tx pgx.Tx) error {
 		details, err := checkLinks(ctx, tx, realm, t, batch, lines)
 		if err != nil {
 			return err

@@ -1,5 +1,17 @@
 package grid
 
+import (
+	"context"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
 // PlainPageSQL is the plain keyset read, for the benchmark's bare reference
 // handler to run the very same SELECT.
 const PlainPageSQL = plainPageSQL
+
+// WriteTx is writeTx, for the test of AfterCommit.
+func (h *Handler) WriteTx(ctx context.Context, realm uuid.UUID, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return h.writeTx(ctx, realm, fn)
+}

@@ -52,7 +52,7 @@ func (h *Handler) writeOnce(c echo.Context, body []byte, status int, write func(
 	key := c.Request().Header.Get(IdempotencyHeader)
 	if key == "" {
 		var out any
-		err := h.db.Tx(ctx, realm, func(tx pgx.Tx) (err error) {
+		err := h.writeTx(ctx, realm, func(ctx context.Context, tx pgx.Tx) (err error) {
 			out, err = write(ctx, tx)
 			return err
 		})
@@ -72,7 +72,7 @@ func (h *Handler) writeOnce(c echo.Context, body []byte, status int, write func(
 		code     int
 		replayed bool
 	)
-	err := h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
+	err := h.writeTx(ctx, realm, func(ctx context.Context, tx pgx.Tx) error {
 		var fresh bool
 		// Each write clears up to a hundred of the realm's expired keys, so
 		// the table stays bounded with no sweeper and no unbounded statement.

@@ -334,7 +334,7 @@ func (h *Handler) deleteRows(c echo.Context) error {
 	}
 	ctx, realm := c.Request().Context(), RealmOf(c)
 	var deleted []string
-	err = h.db.Tx(ctx, realm, func(tx pgx.Tx) error {
+	err = h.writeTx(ctx, realm, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := loadTable(ctx, tx, realm, tableID); err != nil {
 			return err
 		}
