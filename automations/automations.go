@@ -44,8 +44,11 @@ package automations
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,9 +166,9 @@ func (cfg Config) Sized() Config {
 	return cfg
 }
 
-// deliverySlots is how many deliveries of one realm may be in flight at
-// once: half the workers, at least one.
-func deliverySlots(workers int) int { return max(1, workers/2) }
+// realmSlots is how many claims, events and deliveries together, the
+// workers may hold for one realm at once: half the workers, at least one.
+func realmSlots(workers int) int { return max(1, workers/2) }
 
 // Gate runs a unit of a realm's background work under the fairness
 // controller's background level; release gives the seat back.
@@ -207,7 +210,7 @@ func New(cfg Config, db *rls.DB, log *slog.Logger, reg prometheus.Registerer) *S
 	}
 	s.metrics = newMetrics(reg)
 	s.triggers.m = map[tableKey]triggerEntry{}
-	s.backlog.sampled, s.backlog.added, s.backlog.logged = map[uuid.UUID]int{}, map[uuid.UUID]int{}, map[uuid.UUID]time.Time{}
+	s.backlog.sampled, s.backlog.added, s.backlog.logged = map[uuid.UUID]int{}, map[uuid.UUID][]uint64{}, map[uuid.UUID]time.Time{}
 	return s
 }
 
@@ -224,7 +227,15 @@ func (s *Service) Start(pool *pgxpool.Pool, statementTimeout time.Duration, gate
 	s.gate = gate
 	s.events = newQueue(pool, eventRealmsSQL, claimEventSQL, s.cfg.PollInterval)
 	s.deliveries = newQueue(pool, deliveryRealmsSQL, claimDeliverySQL, s.cfg.PollInterval)
-	s.deliveries.slots = newSlots(deliverySlots(s.cfg.Workers))
+	// One realm's claims, events and deliveries together, hold at most half
+	// the workers, so a worker is always free to claim another realm's
+	// work: while a storming realm's claims wait for its background seat, a
+	// quiet realm's event is claimed and runs beside them. (With a bound for
+	// each queue, a storm's events held two workers of four and its
+	// deliveries the other two, and a quiet realm's events were not claimed
+	// until the storm's had all run.)
+	perRealm := newSlots(realmSlots(s.cfg.Workers))
+	s.events.slots, s.deliveries.slots = perRealm, perRealm
 	s.sender = newSender(s.cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -296,12 +307,14 @@ func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID
 	if fields == nil {
 		fields = []string{}
 	}
-	if _, err := tx.Exec(ctx,
+	var xid int64
+	if err := tx.QueryRow(ctx,
 		`INSERT INTO automation_events (realm_id, table_id, event, row_ids, versions, fields, hop)
-		 VALUES ($1, $2, $3, $4, $5, $6, $7)`, realm, table, change.Event, ids, versions, fields, hop); err != nil {
+		 VALUES ($1, $2, $3, $4, $5, $6, $7)
+		 RETURNING pg_current_xact_id()::text::bigint`, realm, table, change.Event, ids, versions, fields, hop).Scan(&xid); err != nil {
 		return err
 	}
-	s.backlog.add(realm)
+	s.backlog.add(realm, uint64(xid))
 	grid.AfterCommit(ctx, s.poke)
 	return nil
 }
@@ -387,12 +400,17 @@ func (c *triggerCache) forget(realm, table uuid.UUID) {
 }
 
 // backlog estimates each realm's pending events: the last sample of the
-// queue plus the events this process has added since. The estimate errs high
-// (an event rolled back is counted until the next sample), never for long.
+// queue plus the events added since that the sample did not see. Which ones
+// it saw is exact, not a guess from the clock: every event remembers the
+// transaction that added it, the sample reads the queue and its snapshot in
+// one statement, and an event whose transaction the snapshot shows finished
+// was either counted (committed) or never there (rolled back). Only events of
+// transactions still open at the sample, or begun after it, are carried. The
+// estimate errs high only for an event rolled back, until the next sample.
 type backlog struct {
 	mu      sync.Mutex
 	sampled map[uuid.UUID]int
-	added   map[uuid.UUID]int
+	added   map[uuid.UUID][]uint64 // the adding transactions' ids, one per event
 	logged  map[uuid.UUID]time.Time
 }
 
@@ -402,26 +420,83 @@ const backlogLogEvery = 10 * time.Second
 func (b *backlog) full(realm uuid.UUID, bound int) (int, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := b.sampled[realm] + b.added[realm]
+	n := b.sampled[realm] + len(b.added[realm])
 	return n, n >= bound
 }
 
-func (b *backlog) add(realm uuid.UUID) {
+// add counts an event added by the transaction xid.
+func (b *backlog) add(realm uuid.UUID, xid uint64) {
 	b.mu.Lock()
-	b.added[realm]++
+	b.added[realm] = append(b.added[realm], xid)
 	b.mu.Unlock()
 }
 
-// reset replaces the estimate with a fresh sample.
-func (b *backlog) reset(counts map[uuid.UUID]int) {
+// reset replaces the estimate with a sample taken in snap: the sample's
+// counts, plus the added events whose transactions snap does not show
+// finished.
+func (b *backlog) reset(counts map[uuid.UUID]int, snap snapshot) {
 	b.mu.Lock()
-	b.sampled, b.added = counts, map[uuid.UUID]int{}
+	defer b.mu.Unlock()
+	b.sampled = counts
+	for r, xids := range b.added {
+		kept := xids[:0]
+		for _, x := range xids {
+			if !snap.finished(x) {
+				kept = append(kept, x)
+			}
+		}
+		if len(kept) == 0 {
+			delete(b.added, r)
+		} else {
+			b.added[r] = kept
+		}
+	}
 	for r, at := range b.logged {
 		if time.Since(at) > backlogLogEvery {
 			delete(b.logged, r)
 		}
 	}
-	b.mu.Unlock()
+}
+
+// snapshot is a PostgreSQL snapshot (pg_current_snapshot): transactions
+// below xmin had finished when it was taken; those from xmax on had not
+// begun; between them, those in xip were running.
+type snapshot struct {
+	xmin, xmax uint64
+	xip        map[uint64]bool
+}
+
+// parseSnapshot reads pg_snapshot's text form, "xmin:xmax:xip,xip,…".
+func parseSnapshot(s string) (snapshot, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return snapshot{}, fmt.Errorf("snapshot %q: want xmin:xmax:xip", s)
+	}
+	var snap snapshot
+	var err error
+	if snap.xmin, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
+		return snapshot{}, fmt.Errorf("snapshot %q: %w", s, err)
+	}
+	if snap.xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
+		return snapshot{}, fmt.Errorf("snapshot %q: %w", s, err)
+	}
+	snap.xip = map[uint64]bool{}
+	if parts[2] != "" {
+		for _, x := range strings.Split(parts[2], ",") {
+			xid, err := strconv.ParseUint(x, 10, 64)
+			if err != nil {
+				return snapshot{}, fmt.Errorf("snapshot %q: %w", s, err)
+			}
+			snap.xip[xid] = true
+		}
+	}
+	return snap, nil
+}
+
+// finished reports whether the transaction xid had committed or rolled back
+// when snap was taken (pg_visible_in_snapshot).
+func (snap snapshot) finished(xid uint64) bool {
+	return xid < snap.xmin || (xid < snap.xmax && !snap.xip[xid])
 }
 
 // shouldLog reports whether a refusal of realm gets a log line now, and if

@@ -741,10 +741,12 @@ func TestFairDequeue(t *testing.T) {
 
 // TestASlowReceiverDoesNotDelayAnotherRealm: a realm whose receiver takes
 // seconds to answer holds neither a background seat nor more than half the
-// workers, so another realm's webhook is delivered meanwhile.
+// workers, its events and deliveries together, so another realm's webhook
+// is delivered meanwhile.
 func TestASlowReceiverDoesNotDelayAnotherRealm(t *testing.T) {
 	t.Parallel()
-	app := isolate(t).app(t, func(c *automations.Config) { c.Workers, c.DeliveryTimeout = 4, time.Minute })
+	db := isolate(t)
+	app := db.app(t, func(c *automations.Config) { c.Workers, c.DeliveryTimeout = 4, time.Minute })
 	release := make(chan struct{})
 	slow := newSink(t, func(n int, w http.ResponseWriter) {
 		select {
@@ -762,12 +764,17 @@ func TestASlowReceiverDoesNotDelayAnotherRealm(t *testing.T) {
 	for i := range 6 {
 		s.insert(map[string]any{"name": fmt.Sprint(i)})
 	}
-	slow.await(t, 2) // the slow realm's requests are in flight
+	slow.await(t, 2)                          // the slow realm's requests are in flight
+	s.insert(map[string]any{"name": "later"}) // its event waits: the realm's two workers are busy
+	waiting := pendingEvents(t, db.pool, s.tenant.RealmID)
+	require.Positive(t, waiting)
 	start := time.Now()
 	q.insert(map[string]any{"name": "q"})
 	fast.await(t, 1)
 	require.Less(t, time.Since(start), 2*time.Second, "the quiet realm's webhook waited for the slow receiver")
 	require.Len(t, slow.received(), 2, "the slow realm holds at most half the workers")
+	require.Equal(t, waiting, pendingEvents(t, db.pool, s.tenant.RealmID),
+		"the slow realm's events are not claimed while its deliveries hold half the workers")
 }
 
 func TestUUIDAtOrdersWithUUIDv7(t *testing.T) {

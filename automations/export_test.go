@@ -26,3 +26,45 @@ func (e EventQueue) Claim(ctx context.Context) (uuid.UUID, bool, error) {
 
 // UUIDAt is uuidAt, for tests.
 var UUIDAt = uuidAt
+
+// Backlog is the backlog estimate, for tests.
+type Backlog struct{ b *backlog }
+
+// NewBacklog returns an empty estimate.
+func NewBacklog() Backlog {
+	return Backlog{&backlog{sampled: map[uuid.UUID]int{}, added: map[uuid.UUID][]uint64{}, logged: map[uuid.UUID]time.Time{}}}
+}
+
+// Add counts an event added by the transaction xid.
+func (b Backlog) Add(realm uuid.UUID, xid uint64) { b.b.add(realm, xid) }
+
+// Reset takes a sample: counts, seen in the snapshot snap (its text form).
+func (b Backlog) Reset(counts map[uuid.UUID]int, snap string) error {
+	s, err := parseSnapshot(snap)
+	if err != nil {
+		return err
+	}
+	b.b.reset(counts, s)
+	return nil
+}
+
+// Pending is the estimate of realm's pending events.
+func (b Backlog) Pending(realm uuid.UUID) int {
+	n, _ := b.b.full(realm, 0)
+	return n
+}
+
+// Carried is how many events the estimate carries past its samples.
+func (b Backlog) Carried() int {
+	n := 0
+	for _, x := range b.b.added {
+		n += len(x)
+	}
+	return n
+}
+
+// ParseSnapshot is parseSnapshot; Finished reports snapshot.finished.
+func ParseSnapshot(s string) (func(xid uint64) bool, error) {
+	snap, err := parseSnapshot(s)
+	return snap.finished, err
+}

@@ -80,6 +80,7 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 	if !ok {
 		return false
 	}
+	defer s.events.done(e.realm)
 	release, err := s.acquire(ctx, e.realm)
 	if err != nil {
 		return true // shutting down: the lease runs out and the event is claimed again
@@ -481,24 +482,28 @@ func (s *Service) sample(ctx context.Context) {
 }
 
 func (s *Service) sampleOnce(ctx context.Context) error {
-	rows, err := s.wpool.Query(ctx,
-		`SELECT realm_id, count(*)::int, extract(epoch FROM now() - min(created_at))::float8
-		 FROM automation_events WHERE state = 'pending' GROUP BY realm_id`)
+	// One statement, so the counts and the snapshot are the same snapshot's.
+	var snap string
+	var realms []uuid.UUID
+	var ns []int32
+	var ages []float64
+	if err := s.wpool.QueryRow(ctx,
+		`SELECT pg_current_snapshot()::text, coalesce(array_agg(realm_id), '{}'),
+		        coalesce(array_agg(n), '{}'), coalesce(array_agg(age), '{}')
+		 FROM (SELECT realm_id, count(*)::int AS n, extract(epoch FROM now() - min(created_at))::float8 AS age
+		       FROM automation_events WHERE state = 'pending' GROUP BY realm_id) t`).Scan(&snap, &realms, &ns, &ages); err != nil {
+		return err
+	}
+	parsed, err := parseSnapshot(snap)
 	if err != nil {
 		return err
 	}
-	counts := map[uuid.UUID]int{}
-	ages := map[uuid.UUID]float64{}
-	var realm uuid.UUID
-	var n int
-	var age float64
-	if _, err := pgx.ForEachRow(rows, []any{&realm, &n, &age}, func() error {
-		counts[realm], ages[realm] = n, age
-		return nil
-	}); err != nil {
-		return err
+	counts := make(map[uuid.UUID]int, len(realms))
+	byRealm := make(map[uuid.UUID]float64, len(realms))
+	for i, r := range realms {
+		counts[r], byRealm[r] = int(ns[i]), ages[i]
 	}
-	s.backlog.reset(counts)
-	s.metrics.setQueue(counts, ages)
+	s.backlog.reset(counts, parsed)
+	s.metrics.setQueue(counts, byRealm)
 	return nil
 }
