@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,6 +113,15 @@ func now(t *testing.T, c *Controller, flow string) func() {
 	return rel
 }
 
+// measure runs one unit of each flow, so that the controller knows what
+// they cost: a flow not measured yet runs as backlogged work.
+func measure(t *testing.T, c *Controller, flows ...string) {
+	t.Helper()
+	for _, f := range flows {
+		now(t, c, f)()
+	}
+}
+
 // awaitQueued waits until flow has n units waiting at lvl.
 func awaitQueued(t *testing.T, c *Controller, flow string, lvl Level, n int) {
 	t.Helper()
@@ -151,9 +161,9 @@ func reason(err error) string {
 
 func TestSized(t *testing.T) {
 	t.Parallel()
-	cfg := Config{PoolSize: 3}.Sized()
+	cfg := Config{PoolSize: 3, BackgroundSeats: 1}.Sized()
 	require.Equal(t, 2, cfg.Seats, "seats and background seats fit the pool")
-	require.GreaterOrEqual(t, cfg.BackgroundSeats, 1)
+	require.Equal(t, runtime.GOMAXPROCS(0), Config{}.Sized().BackgroundSeats, "a background seat per core")
 	require.LessOrEqual(t, cfg.BackloggedSeats, cfg.Seats)
 	require.Equal(t, DefaultWaitBound, cfg.WaitBound)
 	require.Equal(t, DefaultQueueLength, cfg.QueueLength)
@@ -212,6 +222,7 @@ func TestASparseRequestGoesBeforeBackloggedStorms(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{1, 16} {
 		c, k, _ := setup(t, func(cfg *Config) { cfg.Seats = 2 })
+		measure(t, c, "victim", "storm00")
 		holders := []func(){now(t, c, "storm00"), now(t, c, "storm00")}
 		var storms []string
 		for i := range n {
@@ -242,6 +253,7 @@ func TestASparseRequestGoesBeforeBackloggedStorms(t *testing.T) {
 func TestAStormIdlingBetweenRefusalsIsNotSparse(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.QueueLength = 1, 1 })
+	measure(t, c, "storm", "victim")
 	hold := now(t, c, "other")
 	out := make(chan grant, 8)
 	ask(c, "storm", Interactive, out)
@@ -274,7 +286,7 @@ func TestAStormIdlingBetweenRefusalsIsNotSparse(t *testing.T) {
 func (c *Controller) isBacklogged(flow string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.backlogged(c.levels[Interactive].flows[flow], c.cfg.Clock.Now())
+	return c.marked(c.levels[Interactive].flows[flow], c.cfg.Clock.Now())
 }
 
 // An expired wait refuses: wait_expired, 429 concurrency_limited with
@@ -408,19 +420,21 @@ func TestHeavyWorkFallsBehindLightWork(t *testing.T) {
 }
 
 // While several realms are active, backlogged realms together hold at most
-// BackloggedSeats seats, even with seats free; sparse realms take the free
-// ones, one at a time each.
+// BackloggedSeats seats, even with seats free; sparse work takes the free
+// ones at once.
 func TestBackloggedRealmsTogetherHoldTheirSeats(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats = 4, 1 })
+	measure(t, c, "victim", "b", "filler")
 	var fill []func()
 	for range 4 {
-		fill = append(fill, now(t, c, "filler")) // alone: every seat
+		fill = append(fill, now(t, c, "filler")) // sparse: every seat
 	}
 	stormed(t, c, k, []string{"storm"}, 0, nil)
 	for _, r := range fill {
 		r()
 	}
+	now(t, c, "storm")() // measured, and still backlogged: it was refused
 	out := make(chan grant, 8)
 	for range 3 {
 		ask(c, "storm", Interactive, out)
@@ -430,20 +444,16 @@ func TestBackloggedRealmsTogetherHoldTheirSeats(t *testing.T) {
 	awaitQueued(t, c, "storm", Interactive, 2)
 	require.Equal(t, 1, c.InUse(Interactive), "the backlogged storm holds one seat, three are free")
 
-	v := now(t, c, "victim") // a sparse realm: one at a time
-	require.Equal(t, 2, c.InUse(Interactive))
-	victim := make(chan grant, 1)
-	ask(c, "victim", Interactive, victim) // its second waits for its first
-	awaitQueued(t, c, "victim", Interactive, 1)
-	b := now(t, c, "b") // another sparse realm takes a free seat at once
-	require.Equal(t, 3, c.InUse(Interactive))
-	v()
-	vg := next(t, victim)
-	require.NoError(t, vg.err)
+	v1, v2 := now(t, c, "victim"), now(t, c, "victim") // sparse: at once, beside each other
+	b := now(t, c, "b")                                // another sparse realm takes the last free seat
+	require.Equal(t, 4, c.InUse(Interactive))
+	require.Equal(t, 2, c.Queued("storm", Interactive))
+	v1()
+	none(t, out) // a free seat, but the storm holds its backlogged one
 	g.release()
 	g2 := next(t, out)
 	require.NoError(t, g2.err, "the freed seat is the storm's backlogged seat")
-	for _, r := range []func(){b, vg.release, g2.release} {
+	for _, r := range []func(){b, v2, g2.release} {
 		r()
 	}
 	g3 := next(t, out)
@@ -615,7 +625,8 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 // is not.
 func TestALightRealmsExpiredOverlapKeepsItSparse(t *testing.T) {
 	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats = 3 })
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.SparseDepth = 3, 2 })
+	measure(t, c, "storm", "victim", "other")
 	s1, s2 := now(t, c, "storm"), now(t, c, "storm")
 	v := now(t, c, "victim")
 	out := make(chan grant, 8)
@@ -695,4 +706,207 @@ func TestBackloggedIsLoggedOncePerEpisode(t *testing.T) {
 	require.Contains(t, buf.String(), `"realm":"storm"`)
 	hold()
 	next(t, out).release()
+}
+
+// A light realm whose requests pile up behind a slow moment is never held
+// with the storms: its units beyond SparseDepth outstanding are deep work,
+// which takes any free seat, and a refusal of its sparse work does not mark
+// it: its next request still goes before a backlogged storm's.
+func TestALightRealmsPileUpDoesNotMakeItAStorm(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats = 4 })
+	measure(t, c, "victim", "other")
+	var hold []func()
+	for range 3 {
+		hold = append(hold, now(t, c, "victim")) // three in flight, all sparse
+	}
+	hold = append(hold, now(t, c, "other"))
+	out := make(chan grant, 8)
+	ask(c, "victim", Interactive, out) // its fourth waits, still sparse
+	awaitQueued(t, c, "victim", Interactive, 1)
+	k.advance(c.cfg.WaitBound)
+	require.Equal(t, ReasonWaitExpired, reason(next(t, out).err))
+	require.False(t, c.isBacklogged("victim"), "a refused sparse unit marks nothing")
+	stormed(t, c, k, []string{"storm"}, 1, out)
+	ask(c, "victim", Interactive, out)
+	awaitQueued(t, c, "victim", Interactive, 1)
+	hold[3]()
+	g := next(t, out)
+	require.Equal(t, "victim", g.flow)
+	g.release()
+	hold[0]()
+	g = next(t, out)
+	require.Equal(t, "storm", g.flow)
+	g.release()
+	hold[1]()
+	hold[2]()
+}
+
+// A realm not measured yet runs as backlogged work beside other active
+// realms, and one unit of such realms may take the probe seat besides: an
+// arriving realm finds room while a storm holds the backlogged seats, and
+// realms arriving together never take the seats a sparse realm needs. Once
+// its first unit is measured, it is sparse.
+func TestAnUnmeasuredRealmRunsAsBackloggedWork(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats = 4, 1 })
+	measure(t, c, "victim")
+	first := now(t, c, "new")  // the one backlogged seat
+	second := now(t, c, "new") // the probe seat
+	out := make(chan grant, 2)
+	ask(c, "new", Interactive, out)
+	ask(c, "other new", Interactive, out)
+	awaitQueued(t, c, "new", Interactive, 1)
+	awaitQueued(t, c, "other new", Interactive, 1)
+	require.Equal(t, 2, c.InUse(Interactive), "two seats free, kept for sparse work")
+	v := now(t, c, "victim")
+	k.advance(10 * time.Millisecond)
+	first()           // "new" is measured: 10 ms a unit, heavier than "other new" is assumed to be
+	g := next(t, out) // the backlogged seat, by virtual time
+	require.Equal(t, "other new", g.flow)
+	again := now(t, c, "new") // measured now: sparse, at once
+	second()
+	none(t, out) // its queued unit came as backlogged work: it waits for that seat
+	g.release()
+	g = next(t, out)
+	require.Equal(t, "new", g.flow)
+	for _, r := range []func(){g.release, again, v} {
+		r()
+	}
+	require.Equal(t, 0, c.InUse(Interactive))
+}
+
+// While another realm's interactive work is active, a realm's background
+// work rests twice as long as each unit ran, less backgroundSlack, before it
+// takes the next; the seat is another realm's meanwhile; with nobody else
+// active there is no rest.
+func TestBackgroundWorkRestsWhileAnotherRealmIsActive(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.BackgroundSeats = 1 })
+	rel, err := c.Acquire(context.Background(), "importer", Background)
+	require.NoError(t, err)
+	k.advance(200 * time.Millisecond)
+	rel() // nobody else active: no rest
+	rel, err = c.Acquire(context.Background(), "importer", Background)
+	require.NoError(t, err)
+
+	measure(t, c, "reader") // another realm is active now
+	k.advance(200 * time.Millisecond)
+	rel() // it rests 400 ms, and may start again with 100 ms of them left
+	require.Equal(t, 0, c.InUse(Background), "the realm rests, not the seat")
+	out := make(chan grant, 2)
+	ask(c, "importer", Background, out)
+	awaitQueued(t, c, "importer", Background, 1)
+	quiet, err := c.Acquire(context.Background(), "quiet", Background)
+	require.NoError(t, err, "another realm's background work takes the seat during the rest")
+	k.advance(5 * time.Millisecond)
+	quiet()
+	// A short unit's rest is within the slack: the light realm goes again
+	// at once.
+	quiet, err = c.Acquire(context.Background(), "quiet", Background)
+	require.NoError(t, err)
+	quiet()
+	k.advance(294 * time.Millisecond)
+	none(t, out)
+	k.advance(time.Millisecond)
+	g := next(t, out)
+	require.NoError(t, g.err)
+	require.Equal(t, "importer", g.flow)
+	g.release()
+}
+
+// A realm runs one background unit at a time, however many seats are free:
+// its second unit waits for its first, and another realm's takes the other
+// seat at once.
+func TestARealmRunsOneBackgroundUnitAtATime(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.BackgroundSeats = 2 })
+	first, err := c.Acquire(context.Background(), "storm", Background)
+	require.NoError(t, err)
+	out := make(chan grant, 1)
+	ask(c, "storm", Background, out)
+	awaitQueued(t, c, "storm", Background, 1)
+	quiet, err := c.Acquire(context.Background(), "quiet", Background)
+	require.NoError(t, err, "the free seat is another realm's")
+	require.Equal(t, 2, c.InUse(Background))
+	none(t, out)
+	first()
+	g := next(t, out)
+	require.NoError(t, g.err)
+	g.release()
+	quiet()
+}
+
+// Deep work of a realm not marked takes any free seat, after sparse work; a
+// marked realm's work is held to BackloggedSeats. A light realm slowed down
+// beside sixteen storms piled up past SparseDepth; held with them, it was
+// refused and marked, and stayed so (1,186 refusals in a 6 s storm).
+func TestDeepWorkIsNotHeldWithTheStorms(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.SparseDepth, cfg.QueueLength = 1, 1 })
+	measure(t, c, "victim", "storm", "other")
+	o := now(t, c, "other")
+	st := now(t, c, "storm")  // sparse
+	st2 := now(t, c, "storm") // deep: a free seat
+	x := now(t, c, "other")   // deep: the last free seat
+	out := make(chan grant, 4)
+	ask(c, "storm", Interactive, out)
+	awaitQueued(t, c, "storm", Interactive, 1)
+	_, err := c.Acquire(context.Background(), "storm", Interactive)
+	require.Equal(t, ReasonQueueFull, reason(err))
+	require.True(t, c.isBacklogged("storm"), "a full queue marks the storm")
+	x()
+	g := next(t, out) // it came as deep work, before the mark
+	require.Equal(t, "storm", g.flow)
+	o()
+	st2()
+	b := now(t, c, "storm") // backlogged now: the one backlogged seat
+	ask(c, "storm", Interactive, out)
+	awaitQueued(t, c, "storm", Interactive, 1)
+	v := now(t, c, "victim") // sparse: the last seat
+	st()
+	none(t, out) // a seat is free, but not for the marked storm
+	ask(c, "victim", Interactive, out)
+	g2 := next(t, out)
+	require.Equal(t, "victim", g2.flow, "the victim's deep unit takes the free seat")
+	none(t, out)
+	for _, r := range []func(){g2.release, v, b} {
+		r()
+	}
+	next(t, out).release() // the storm's, once the backlogged seat is free
+	g.release()
+	require.Equal(t, 0, c.InUse(Interactive))
+}
+
+// A realm back after ActiveWindow idle is not measured: its unit is
+// backlogged work taken to be heavier than anyone's, and still goes before a
+// storm's queue at the next backlogged seat. (By virtual time alone the
+// storm went first at every seat, and a realm reading one page at a time
+// beside it was refused 100 times out of 100.)
+func TestARealmBackFromIdleGoesBeforeTheStormsQueue(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats, cfg.SparseDepth = 2, 1, 1 })
+	measure(t, c, "victim", "storm")
+	k.advance(2 * c.cfg.ActiveWindow) // the victim goes idle; the storm comes back
+	hold := now(t, c, "storm")        // back from idle too: unmeasured, the backlogged seat
+	busy := now(t, c, "other")        // new: the probe seat, every seat taken
+	out := make(chan grant, 8)
+	for range 3 {
+		ask(c, "storm", Interactive, out)
+	}
+	awaitQueued(t, c, "storm", Interactive, 3)
+	hold() // measured now; its queue came as backlogged work
+	g := next(t, out)
+	require.Equal(t, "storm", g.flow)
+	ask(c, "victim", Interactive, out) // back from idle: not measured
+	awaitQueued(t, c, "victim", Interactive, 1)
+	g.release()
+	v := next(t, out)
+	require.Equal(t, "victim", v.flow, "the realm back from idle goes first")
+	v.release()
+	busy()
+	for range 2 {
+		next(t, out).release()
+	}
+	require.Equal(t, 0, c.InUse(Interactive))
 }

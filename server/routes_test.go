@@ -64,46 +64,61 @@ func send(t *testing.T, app *testenv.App, r route, token string) testenv.Respons
 }
 
 // saturable sizes the controller so that saturate can fill one realm's share
-// and queue and leave seats for others: four seats, queues of one, no wait
-// expiring.
+// and queue and leave a seat for others: four seats, one backlogged seat, a
+// unit deep once its realm has one outstanding, queues of one, no wait
+// expiring, and no flow idle long enough to return unmeasured. (With the
+// default second, the credential lookups' flow came back unmeasured when the
+// routes took longer than that under -race, and waited for the one
+// backlogged seat the test holds.)
 func saturable(cfg *server.Config) {
-	cfg.Fairness = fairness.Config{Seats: 4, BackloggedSeats: 1, QueueLength: 1, WaitBound: time.Hour}
+	cfg.Fairness = fairness.Config{Seats: 4, BackloggedSeats: 1, SparseDepth: 1, QueueLength: 1,
+		WaitBound: time.Hour, ActiveWindow: time.Hour}
 }
 
-// saturate leaves realm backlogged, with the seats it may hold taken and its
-// queue full, so that its next request is refused at once (queue_full):
-// another flow holds a seat, so the realm is not alone; the realm holds one
-// seat of its own, a refusal makes it backlogged, and its queued unit takes
-// the backlogged seat; one more unit fills its queue. Everything is given
-// back when the test ends.
+// saturate leaves realm marked, holding two seats (one of them the
+// backlogged seat) and its queue full, with one seat free that it may not
+// take: its next request is refused at once (queue_full). Both flows are
+// measured first, and another flow holds a seat, so the realm is not alone.
+// Everything is given back when the test ends.
 func saturate(t testing.TB, ctl *fairness.Controller, realm string) {
 	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
 	var rels []func()
-	for _, flow := range []string{"someone else", realm} {
+	hold := func(rel func()) {
+		mu.Lock()
+		rels = append(rels, rel)
+		mu.Unlock()
+	}
+	acquire := func(flow string) func() {
 		rel, err := ctl.Acquire(ctx, flow, fairness.Interactive)
 		require.NoError(t, err)
-		rels = append(rels, rel)
+		return rel
 	}
-	var mu sync.Mutex
 	var wg sync.WaitGroup
-	wait := func() {
+	queue := func() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if rel, err := ctl.Acquire(ctx, realm, fairness.Interactive); err == nil {
-				mu.Lock()
-				rels = append(rels, rel)
-				mu.Unlock()
+				hold(rel)
 			}
 		}()
 		require.Eventually(t, func() bool { return ctl.Queued(realm, fairness.Interactive) == 1 }, 5*time.Second, time.Millisecond)
+		_, err := ctl.Acquire(ctx, realm, fairness.Interactive)
+		require.Equal(t, appdor.EConcurrencyLimited, appdor.ErrorCode(err), "the realm's queue is full")
 	}
-	wait()
-	_, err := ctl.Acquire(ctx, realm, fairness.Interactive)
-	require.Equal(t, appdor.EConcurrencyLimited, appdor.ErrorCode(err), "the realm's queue is full")
-	require.Eventually(t, func() bool { return ctl.Queued(realm, fairness.Interactive) == 0 }, 5*time.Second, time.Millisecond,
-		"the backlogged realm's queued unit takes the backlogged seat")
-	wait()
+	for _, flow := range []string{"someone else", realm} {
+		acquire(flow)() // measured: neither runs as work of unknown cost
+	}
+	hold(acquire("someone else"))
+	sparse, deep := acquire(realm), acquire(realm)
+	other := acquire("someone else") // every seat taken
+	queue()                          // the full queue marks the realm
+	other()                          // its queued unit takes the seat
+	deep()
+	hold(acquire(realm)) // marked: the backlogged seat
+	sparse()             // a seat free, the realm holding two
+	queue()              // its next waits for the backlogged seat
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()

@@ -53,7 +53,7 @@ var (
 
 	sFairness       = setting{"fairness", "APPDOR_FAIRNESS", "on", "per-realm admission controller; off is for the storm harness's negative control only"}
 	sFairSeats      = setting{"fairness-seats", "APPDOR_FAIRNESS_SEATS", "0", "interactive work units running at once, all realms; 0 is two per core, within the pool"}
-	sFairBgSeats    = setting{"fairness-background-seats", "APPDOR_FAIRNESS_BACKGROUND_SEATS", "0", "background work units (CSV import batches) running at once, in seats of their own; 0 is half the cores, at least 1"}
+	sFairBgSeats    = setting{"fairness-background-seats", "APPDOR_FAIRNESS_BACKGROUND_SEATS", "0", "background work units (CSV import batches, automations) running at once, in seats of their own, a realm in one at a time; 0 is one per core"}
 	sFairQueue      = setting{"fairness-queue-length", "APPDOR_FAIRNESS_QUEUE_LENGTH", "64", "requests of one realm that may wait for a seat; beyond it a request is refused (queue_full)"}
 	sFairWait       = setting{"fairness-wait-bound", "APPDOR_FAIRNESS_WAIT_BOUND", "50ms", "longest a request waits for a seat before it is refused (wait_expired)"}
 	sFairRetryAfter = setting{"fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER", "1s", "Retry-After of a concurrency_limited refusal"}
