@@ -17,10 +17,20 @@ var palette = []color.Color{
 	color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
 }
 
+// linePanel is a chart panel of counts over time, one line a series.
+type linePanel struct {
+	title  string
+	series map[string]plotter.XYs
+}
+
+func depthPanel(title string, series map[string]plotter.XYs) linePanel {
+	return linePanel{title: title, series: series}
+}
+
 // drawChart writes one panel per scenario: each arm's latency over time
-// (log scale), with the phase boundaries marked.
-func drawChart(path string, recs []*recorder, titles []string) error {
-	plots := make([][]*plot.Plot, len(recs))
+// (log scale), with the phase boundaries marked; then the line panels.
+func drawChart(path string, recs []*recorder, titles []string, lines ...linePanel) error {
+	plots := make([][]*plot.Plot, len(recs), len(recs)+len(lines))
 	for i, rec := range recs {
 		p := plot.New()
 		p.Title.Text = titles[i]
@@ -84,9 +94,34 @@ func drawChart(path string, recs []*recorder, titles []string) error {
 		}
 		plots[i] = []*plot.Plot{p}
 	}
-	img := vgsvg.New(vg.Points(900), vg.Points(float64(300*len(recs))))
+	for _, lp := range lines {
+		p := plot.New()
+		p.Title.Text = lp.title
+		p.X.Label.Text = "seconds since the scenario started"
+		p.Y.Label.Text = "count"
+		p.Legend.Top = true
+		names := make([]string, 0, len(lp.series))
+		for name := range lp.series {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for j, name := range names {
+			if len(lp.series[name]) == 0 {
+				continue
+			}
+			ln, err := plotter.NewLine(lp.series[name])
+			if err != nil {
+				return err
+			}
+			ln.LineStyle.Color = palette[j%len(palette)]
+			p.Add(ln)
+			p.Legend.Add(name, ln)
+		}
+		plots = append(plots, []*plot.Plot{p})
+	}
+	img := vgsvg.New(vg.Points(900), vg.Points(float64(300*len(plots))))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(recs), Cols: 1, PadY: vg.Points(12), PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(12)}
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Points(12), PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(12)}
 	canvases := plot.Align(plots, tiles, dc)
 	for i := range plots {
 		plots[i][0].Draw(canvases[i][0])

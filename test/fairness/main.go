@@ -17,6 +17,14 @@
 //     arrive;
 //   - unauth: 500 requests a second with random bogus bearer tokens beside
 //     the victim, which must cost the pool (almost) nothing;
+//   - automation-storm: realm S imports 100,000 rows by CSV and patches rows
+//     in batches, on a table whose automations update the rows they fire on
+//     and send signed webhooks to a sink in the harness, while realm B sends
+//     the storm's API burst; realm Q reads at the victim's rate and writes ten
+//     rows a second, each firing a webhook of its own. Q's read p99 and its
+//     automation latency (its write's answer to the sink's receipt) are held
+//     to their baselines; every Q write must reach the sink under exactly one
+//     webhook-id, and S's events must all be delivered within a drain;
 //   - wired: the controller's counters for the storm realm moved.
 //
 // And on a second server with the controller off (APPDOR_FAIRNESS=off):
@@ -26,6 +34,7 @@
 //   - floor: the storm with one read at a time, what two cores allow at best
 //     for that policy; the single-storm and sixteen-storm bounds are
 //     max(2.0, 1.25 × the floor's ratio) of the same run;
+//   - automation-storm again, which must break one of Q's bounds;
 //   - lone: the lone realm's rounds beside those on the first server (both
 //     servers run during that arm), the throughput the controller-on figure
 //     is held to (≥ 90%).
@@ -54,6 +63,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"gonum.org/v1/plot/plotter"
 )
 
 // Bounds of the gates.
@@ -118,18 +129,22 @@ type gate struct {
 // throughput ratio is a 5-second closed-loop figure on a shared machine:
 // reported too.
 var wiring = map[string]bool{
-	"victim samples in baseline":                   true,
-	"victim samples in storm":                      true,
-	"storm reads completed":                        true,
-	"agent refused share":                          true,
-	"agent malformed 429s":                         true,
-	"control (fairness off) breaks the bound":      true,
-	"wired: storm realm dispatched counter moved":  true,
-	"wired: storm realm refused counter moved":     true,
-	"import completes (2xx)":                       true,
-	"import rows all there":                        true,
-	"lone: refusals with the controller on":        true,
-	"unauth: pool acquires per 100 bogus requests": true,
+	"victim samples in baseline":                          true,
+	"victim samples in storm":                             true,
+	"storm reads completed":                               true,
+	"agent refused share":                                 true,
+	"agent malformed 429s":                                true,
+	"control (fairness off) breaks the bound":             true,
+	"wired: storm realm dispatched counter moved":         true,
+	"wired: storm realm refused counter moved":            true,
+	"import completes (2xx)":                              true,
+	"import rows all there":                               true,
+	"lone: refusals with the controller on":               true,
+	"unauth: pool acquires per 100 bogus requests":        true,
+	"automation: Q events not delivered once":             true,
+	"automation: S import completes":                      true,
+	"automation: webhooks with a bad signature":           true,
+	"automation: control (fairness off) breaks a Q bound": true,
 }
 
 func ratio(a, b float64) float64 {
@@ -166,6 +181,7 @@ func (b latencyBound) String() string {
 // realms are the seeded tenants.
 type realms struct {
 	victim, storm, importer, lone *tenant
+	autoS, autoQ                  *tenant // the automation-storm scenario's S and Q
 	storms                        []*tenant
 	editorsA                      []string
 	agentToken                    string
@@ -205,6 +221,14 @@ func (s *stack) seed(ctx context.Context, p plan, base string, want func(string)
 			return nil, err
 		}
 	}
+	if want("automation-storm") {
+		if r.autoS, err = s.seedTenant(ctx, base, "autoS", 2000, 0); err != nil {
+			return nil, err
+		}
+		if r.autoQ, err = s.seedTenant(ctx, base, "autoQ", 2000, 0); err != nil {
+			return nil, err
+		}
+	}
 	if want("noisy") {
 		r.editorsA = []string{r.victim.Token, ""}
 		if r.editorsA[1], err = s.token(ctx, r.victim, "editor 2", 0); err != nil {
@@ -224,9 +248,9 @@ func run(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("set APPDOR_TEST_DATABASE_URL (a role that may create databases) and APPDOR_TEST_REDIS_URL")
 	}
 	switch *only {
-	case "", "storm", "noisy", "many", "floor", "import", "lone", "unauth":
+	case "", "storm", "noisy", "many", "floor", "import", "lone", "unauth", "automation-storm":
 	default:
-		return 0, fmt.Errorf("-only %q: expected storm, noisy, many, floor, import, lone or unauth", *only)
+		return 0, fmt.Errorf("-only %q: expected storm, noisy, many, floor, import, lone, unauth or automation-storm", *only)
 	}
 	root, err := repoRoot()
 	if err != nil {
@@ -297,21 +321,38 @@ func run(ctx context.Context) (int, error) {
 	noisy := runNoisy(ctx, p, srv.base, r.victim, r.storm, r.editorsA, r.storm.Token, r.agentToken)
 	many := runMany(ctx, p, srv.base, r.victim, r.storms)
 	// The controller-off server starts now: the lone arm alternates between
-	// the two; control and floor run on it once the first has stopped.
+	// the two.
 	off, err := s.start(ctx, "control", "APPDOR_FAIRNESS=off")
 	if err != nil {
 		return 0, err
 	}
 	defer func() { off.stop() }()
 	loneOn, loneOff := runLone(ctx, p, srv.base, off.base, r.lone)
+	off.stop()
 	imp := runImport(ctx, p, srv.base, r.victim, r.importer)
 	s.settle(ctx)
 	un, err := runUnauth(ctx, p, srv.base, r.victim)
 	if err != nil {
 		return 0, err
 	}
+	// automation-storm last on this server, with no other server running
+	// (both would share the database and their automation workers the
+	// queue), and the database settled after it: its 200,000 row writes and
+	// their webhooks would be the next arm's load.
+	k, autos, err := automationsWithSink(ctx, srv.base, r)
+	if err != nil {
+		return 0, err
+	}
+	defer k.close()
+	auto := runAutomationStorm(ctx, p, s, srv.base, "autostorm", autos, r.storm, k)
 	srv.stop()
+	s.settle(ctx)
 
+	// control, floor and the automation storm's control on a server of
+	// their own, the controller switched off.
+	if off, err = s.start(ctx, "control", "APPDOR_FAIRNESS=off"); err != nil {
+		return 0, err
+	}
 	// control and floor: the controller switched off.
 	fmt.Println("harness: control and floor runs with APPDOR_FAIRNESS=off")
 	ctl, err := runStorm(ctx, p, p.storm(), off.base, "control", r.victim, r.storm)
@@ -322,6 +363,7 @@ func run(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	autoCtl := runAutomationStorm(ctx, p, s, off.base, "autoctl", autos, r.storm, k)
 	off.stop()
 
 	// The verdict.
@@ -402,6 +444,29 @@ func run(ctx context.Context) (int, error) {
 	add("unauth: victim errors", float64(un.baseline.Errors+un.during.Errors), "== 0", un.baseline.Errors+un.during.Errors == 0)
 	add("unauth: pool acquires per 100 bogus requests", un.per100(), fmt.Sprintf("<= %.1f", bogusPer100), un.bogus.N > 0 && un.per100() <= bogusPer100)
 
+	autoRatio := ratio(auto.storm.P99, auto.baseline.P99)
+	autoLatRatio := ratio(auto.autoStorm.P99, auto.autoBaseline.P99)
+	autoErrors := auto.baseline.Errors + auto.storm.Errors + auto.recovery.Errors + auto.qWriteErrors
+	add("automation: Q read p99 storm/baseline", autoRatio, bound.String(), autoRatio <= bound.Value)
+	add("automation: Q automation p99 storm/baseline", autoLatRatio, fmt.Sprintf("<= %.1f", stormBound), autoLatRatio <= stormBound)
+	add("automation: Q errors", float64(autoErrors), "== 0", autoErrors == 0)
+	add("automation: Q events not delivered once", float64(auto.qMissing+auto.qTwice), "== 0 missing or twice",
+		auto.qMissing+auto.qTwice == 0 && len(auto.writes) > 0)
+	add("automation: S import completes", float64(auto.sImport.Inserted), fmt.Sprintf("== %d, 2xx", p.AutoImportRows),
+		auto.sImport.Code >= 200 && auto.sImport.Code < 300 && auto.sImport.Inserted == p.AutoImportRows)
+	add("automation: S events left after drain", float64(auto.sPending+auto.sUndelivered),
+		fmt.Sprintf("== 0 within %s", p.AutoDrain), auto.sPending == 0 && auto.sUndelivered == 0 && auto.sDelivered > 0)
+	k.mu.Lock()
+	badSignatures := k.bad
+	k.mu.Unlock()
+	add("automation: webhooks with a bad signature", float64(badSignatures), "== 0", badSignatures == 0)
+	autoCtlRatio := ratio(autoCtl.storm.P99, autoCtl.baseline.P99)
+	autoCtlLat := ratio(autoCtl.autoStorm.P99, autoCtl.autoBaseline.P99)
+	autoCtlErrors := autoCtl.baseline.Errors + autoCtl.storm.Errors + autoCtl.qWriteErrors
+	autoCtlHeld := autoCtlRatio <= bound.Value && autoCtlLat <= stormBound && autoCtlErrors == 0
+	add("automation: control (fairness off) breaks a Q bound", max(autoCtlRatio, autoCtlLat),
+		"read or automation p99 over its bound, or errors", !autoCtlHeld)
+
 	ctlRatio := ratio(ctl.storm.P99, ctl.baseline.P99)
 	ctlErrors := ctl.storm.Errors
 	controlHeld := ctlRatio <= controlBound && ctlErrors == 0
@@ -479,6 +544,9 @@ func run(ctx context.Context) (int, error) {
 			"victim_errors": ctlErrors, "storm": map[string]any{"ok": ctl.stormArm.OK, "refused": ctl.stormArm.Refused,
 				"goodput_rps": ratio(float64(ctl.stormArm.OK), ctl.stormArm.Elapsed.Seconds())},
 		},
+		"automation_storm": map[string]any{
+			"on": auto.json(bound.Value), "control": autoCtl.json(bound.Value), "bad_signatures": badSignatures,
+		},
 		"wired": map[string]any{
 			"held": dispatchedMoved && refusedMoved, "before": st.metricsBefore, "after": st.after,
 		},
@@ -488,9 +556,11 @@ func run(ctx context.Context) (int, error) {
 	stamp := started.UTC().Format("20060102T150405Z")
 	chart := filepath.Join(resultsDir, "latest.svg")
 	if err := drawChart(chart,
-		[]*recorder{st.rec, noisy.rec, many.rec, loneOn.rec, imp.rec, un.rec, ctl.rec, fl.rec, loneOff.rec},
-		[]string{"storm (fairness on)", "noisy agent", "many realms", "lone realm (fairness on)", "CSV import (fairness on)",
-			"bogus tokens (fairness on)", "control (fairness off)", "floor: one storm read at a time (fairness off)", "lone realm (fairness off)"}); err != nil {
+		[]*recorder{st.rec, noisy.rec, many.rec, auto.rec, loneOn.rec, imp.rec, un.rec, ctl.rec, fl.rec, autoCtl.rec, loneOff.rec},
+		[]string{"storm (fairness on)", "noisy agent", "many realms", "automation storm (fairness on)", "lone realm (fairness on)", "CSV import (fairness on)",
+			"bogus tokens (fairness on)", "control (fairness off)", "floor: one storm read at a time (fairness off)",
+			"automation storm (fairness off)", "lone realm (fairness off)"},
+		depthPanel("automation storm: S's pending events", map[string]plotter.XYs{"fairness on": auto.depth, "fairness off": autoCtl.depth})); err != nil {
 		fmt.Fprintln(os.Stderr, "harness: chart:", err)
 	} else {
 		copyFile(chart, filepath.Join(resultsDir, stamp+".svg"))
@@ -510,6 +580,8 @@ func run(ctx context.Context) (int, error) {
 		p.ImportRows, imp.Code, imp.Duration.Seconds(), imp.rowsPerSecond(), imp.Inserted, imp.Counted)
 	fmt.Printf("lone: %.0f reads/s with the controller on (%d refused), %.0f off\n", loneOn.throughput(), loneRefused, loneOff.throughput())
 	fmt.Printf("unauth: %d bogus requests answered %v, %.2f pool acquires per 100\n", un.bogus.N, un.byCode, un.per100())
+	auto.print("automation", autoRatio, autoLatRatio)
+	autoCtl.print("automation (fairness off)", autoCtlRatio, autoCtlLat)
 	fmt.Printf("\nresults: test/fairness/results/latest.json, chart: test/fairness/results/latest.svg (%.0fs)\n", time.Since(started).Seconds())
 	switch {
 	case !dispatchedMoved || !refusedMoved:
@@ -601,6 +673,18 @@ func runOnly(ctx context.Context, p plan, s *stack) (int, error) {
 			fmt.Printf("unauth: victim p99 %.1f -> %.1f ms (x%.2f)\n", un.baseline.P99, un.during.P99, ratio(un.during.P99, un.baseline.P99))
 		}
 		return 0, err
+	case "automation-storm":
+		k, autos, err := automationsWithSink(ctx, srv.base, r)
+		if err != nil {
+			return 0, err
+		}
+		defer k.close()
+		// B is the storm realm, seeded with every run.
+		o := runAutomationStorm(ctx, p, s, srv.base, "autostorm", autos, r.storm, k)
+		perSecond(o.rec, "quiet", "qwrite", "qauto")
+		printRefusals(srv.base, r.autoQ.RealmID)
+		o.print("automation", ratio(o.storm.P99, o.baseline.P99), ratio(o.autoStorm.P99, o.autoBaseline.P99))
+		return 0, nil
 	case "lone":
 		off, err := s.start(ctx, "control", "APPDOR_FAIRNESS=off")
 		if err != nil {
@@ -684,6 +768,8 @@ func planJSON(p plan) map[string]any {
 		"storm_min_s": p.StormMin.Seconds(), "floor_workers": p.FloorWorkers, "floor_storm_s": p.FloorStorm.Seconds(),
 		"import_rows": p.ImportRows, "import_timeout_s": p.ImportTimeout.Seconds(),
 		"lone_clients": p.LoneClients, "lone_s": p.Lone.Seconds(), "bogus_rate_rps": p.BogusRate, "bogus_s": p.Bogus.Seconds(),
+		"automation_quiet_write_rate_rps": p.QuietWriteRate, "automation_import_rows": p.AutoImportRows,
+		"automation_patch_workers": p.AutoPatchWorkers, "automation_patches": p.AutoPatches, "automation_drain_s": p.AutoDrain.Seconds(),
 	}
 }
 

@@ -43,6 +43,13 @@ type plan struct {
 	Lone          time.Duration
 	BogusRate     int
 	Bogus         time.Duration
+	// automation-storm
+	QuietWriteRate   int           // Q's writes a second, each firing its webhook
+	AutoImportRows   int           // S's CSV import
+	AutoPatchWorkers int           // S's batch-update workers, 100 rows a patch
+	AutoPatches      int64         // S's patches in all: the storm's work is a fixed amount, however long the import takes
+	AutoBaseline     time.Duration // Q alone: long enough for 200 automation samples, so their p99 is not just the slowest of 60
+	AutoDrain        time.Duration // how long after recovery S's and Q's automations may take to finish
 }
 
 func defaultPlan() plan {
@@ -70,6 +77,13 @@ func defaultPlan() plan {
 		Lone:          5 * time.Second,
 		BogusRate:     500,
 		Bogus:         6 * time.Second,
+
+		QuietWriteRate:   10,
+		AutoImportRows:   100_000,
+		AutoPatchWorkers: 2,
+		AutoPatches:      400,
+		AutoBaseline:     20 * time.Second,
+		AutoDrain:        120 * time.Second,
 	}
 }
 
@@ -79,6 +93,7 @@ func quickPlan() plan {
 	p.Warmup, p.Baseline, p.Recovery, p.Noise, p.ManyStorm = 2*time.Second, 2*time.Second, 2*time.Second, 3*time.Second, 3*time.Second
 	p.StormMin, p.FloorStorm, p.Lone, p.Bogus = 2*time.Second, 2*time.Second, 2*time.Second, 2*time.Second
 	p.StormRequests, p.ManyRealms, p.ImportRows, p.ImportTimeout = 500, 4, 10_000, 60*time.Second
+	p.AutoImportRows, p.AutoBaseline = 10_000, 2*time.Second
 	return p
 }
 

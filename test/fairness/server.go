@@ -137,6 +137,8 @@ func (s *stack) start(ctx context.Context, name string, env ...string) (*server,
 		"APPDOR_REDIS_URL="+s.redisURL,
 		fmt.Sprintf("APPDOR_LISTEN=127.0.0.1:%d", port),
 		"APPDOR_LOG_LEVEL="+level,
+		// The automation-storm scenario's webhook sink is on loopback.
+		"APPDOR_WEBHOOK_ALLOW_CIDRS=127.0.0.1/32",
 	)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
