@@ -7,10 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// PlainPageSQL is the plain keyset read, for the benchmark's bare reference
-// handler to run the very same SELECT.
-const PlainPageSQL = plainPageSQL
-
 // WriteTx is writeTx, for the test of AfterCommit.
 func (h *Handler) WriteTx(ctx context.Context, realm uuid.UUID, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return h.writeTx(ctx, realm, fn)
