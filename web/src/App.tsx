@@ -1,5 +1,6 @@
 import { useCallback, useEffect, useMemo, useState } from "react";
 import { Api, ApiError, type App as AppT, type Me, type Realm, type TableSummary } from "./api";
+import { messageOf } from "./messages";
 import { linkClick, navigate, usePath } from "./router";
 import { TableView } from "./TableView";
 
@@ -66,7 +67,7 @@ export function AppRoot() {
 
   let body: React.ReactNode;
   if (me !== undefined && !current) body = <RealmPicker realms={realms} onPick={setRealm} />;
-  else if (canRenderTable) body = <TableView key={tableMatch[1]} api={api} tableId={decodeURIComponent(tableMatch[1])} />;
+  else if (canRenderTable) body = <TableView key={tableMatch[1]} api={api} tableId={decodeURIComponent(tableMatch[1])} role={current?.role} />;
   else if (me === undefined) body = <div className="page muted">Loading…</div>;
   else if (path === "/" || path === "/login") body = <Home api={api} />;
   else body = <NotFound what="page" />;
@@ -185,11 +186,7 @@ export function NotFound({ what }: { what: string }) {
   );
 }
 
-export function messageOf(e: unknown): string {
-  if (e instanceof ApiError) return e.message;
-  if (e instanceof TypeError) return "The server cannot be reached. Check your connection.";
-  return e instanceof Error ? e.message : String(e);
-}
+export { messageOf };
 
 function Home({ api }: { api: Api }) {
   const [apps, setApps] = useState<AppT[] | null>(null);

@@ -17,6 +17,7 @@ import { RowWindow, type WindowStatus } from "./rows";
 import { Saver, type SaverStatus } from "./saves";
 import { NotFound, messageOf } from "./App";
 import { linkClick } from "./router";
+import { AutomationsPanel } from "./automations/AutomationsPanel";
 
 const theme: Partial<Theme> = {
   accentColor: "#2f6fde",
@@ -80,7 +81,7 @@ function useFrameTick(): [number, () => void] {
   return [tick, bump];
 }
 
-export function TableView({ api, tableId }: { api: Api; tableId: string }) {
+export function TableView({ api, tableId, role }: { api: Api; tableId: string; role?: string }) {
   const [table, setTable] = useState<Table | null>(null);
   const [missing, setMissing] = useState(false);
   const [query, setQuery] = useState<RowQuery>({});
@@ -90,7 +91,7 @@ export function TableView({ api, tableId }: { api: Api; tableId: string }) {
   const [notices, setNotices] = useState<Notice[]>([]);
   const [selection, setSelection] = useState<GridSelection>({ columns: CompactSelection.empty(), rows: CompactSelection.empty() });
   const [menu, setMenu] = useState<{ field: Field; x: number; y: number } | null>(null);
-  const [panel, setPanel] = useState<"field" | "filter" | "fields" | null>(null);
+  const [panel, setPanel] = useState<"field" | "filter" | "fields" | "automations" | null>(null);
   const [widths, setWidths] = useState<Record<string, number>>({});
   const noticeSeq = useRef(0);
 
@@ -388,6 +389,9 @@ export function TableView({ api, tableId }: { api: Api; tableId: string }) {
           Delete {selectedIds.length || ""} row{selectedIds.length === 1 ? "" : "s"}
         </button>
         <div className="spacer" />
+        <button className="btn" onClick={() => setPanel(panel === "automations" ? null : "automations")} aria-expanded={panel === "automations"}>
+          Automations
+        </button>
         <button className="btn ghost" onClick={() => fileInput.current?.click()}>
           Import CSV
         </button>
@@ -477,6 +481,7 @@ export function TableView({ api, tableId }: { api: Api; tableId: string }) {
             headerHeight={36}
           />
         )}
+        {panel === "automations" && table && <AutomationsPanel api={api} table={table} fields={fields} role={role} onClose={() => setPanel(null)} />}
       </div>
 
       {menu && (

@@ -99,6 +99,64 @@ export interface RowQuery {
   q?: string;
 }
 
+export type AutomationEvent = "row.created" | "row.updated" | "row.deleted";
+export type ActionType = "webhook" | "update_row" | "create_row";
+export interface AutomationAction {
+  /** act_…; sent back on a change so a webhook keeps its secret. */
+  id?: string;
+  type: ActionType;
+  url?: string;
+  /** whsec_…: only in the answer that made the webhook action. */
+  secret?: string;
+  /** Set when the receiver answered 410 Gone; sending the action without it enables it again. */
+  disabled?: boolean;
+  table?: string;
+  cells?: Record<string, unknown>;
+}
+export interface AutomationInput {
+  name: string;
+  enabled: boolean;
+  trigger: { event: AutomationEvent; fields?: string[] };
+  condition: string[];
+  actions: AutomationAction[];
+}
+export interface Automation extends AutomationInput {
+  id: string;
+  table_id: string;
+  created_at: string;
+  updated_at: string;
+}
+export type RunStatus = "pending" | "succeeded" | "failed" | "dead";
+export interface WebhookDelivery {
+  id: string;
+  url: string;
+  state: "pending" | "delivered" | "failed" | "dead";
+  attempts: number;
+  last_status: number | null;
+  last_error: string | null;
+  next_attempt_at: string | null;
+  delivered_at: string | null;
+}
+export interface AutomationRun {
+  id: string;
+  automation_id: string;
+  event: string;
+  row_ids: string[];
+  hop: number;
+  status: RunStatus;
+  attempts: number;
+  queued_at: string;
+  started_at: string;
+  finished_at: string | null;
+  latency_ms: number | null;
+  last_error: string | null;
+  deliveries: WebhookDelivery[];
+}
+export interface RunsPage {
+  runs: AutomationRun[];
+  next_cursor: string | null;
+}
+
 const unsafe = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 
 export function readCookie(name: string, cookie: string): string | null {
@@ -244,6 +302,25 @@ export class Api {
   }
   importCsv(table: string, csv: Blob) {
     return this.raw("POST", `/api/v1/tables/${enc(table)}/csv`, csv, { "Content-Type": "text/csv" });
+  }
+  automations(table: string, signal?: AbortSignal) {
+    return this.read<{ automations: Automation[] }>(`/api/v1/tables/${enc(table)}/automations`, signal);
+  }
+  createAutomation(table: string, a: AutomationInput) {
+    return this.json<Automation>("POST", `/api/v1/tables/${enc(table)}/automations`, a);
+  }
+  patchAutomation(table: string, id: string, patch: Partial<AutomationInput>) {
+    return this.json<Automation>("PATCH", `/api/v1/tables/${enc(table)}/automations/${enc(id)}`, patch);
+  }
+  deleteAutomation(table: string, id: string) {
+    return this.json<void>("DELETE", `/api/v1/tables/${enc(table)}/automations/${enc(id)}`);
+  }
+  automationRuns(table: string, id: string, cursor: string | null, signal?: AbortSignal) {
+    const q = cursor ? `?cursor=${enc(cursor)}` : "";
+    return this.read<RunsPage>(`/api/v1/tables/${enc(table)}/automations/${enc(id)}/runs${q}`, signal);
+  }
+  replayRun(table: string, id: string, run: string) {
+    return this.json<AutomationRun>("POST", `/api/v1/tables/${enc(table)}/automations/${enc(id)}/runs/${enc(run)}/replay`);
   }
 }
 
