@@ -146,13 +146,16 @@ func (a *App) streamDeadlines() echo.MiddlewareFunc {
 			req, res := c.Request(), c.Response()
 			rc := http.NewResponseController(res.Writer)
 			at := func() time.Time { return time.Now().Add(idle) }
+			// Read here, not in timedOut: the body's goroutine calls it, and
+			// reading the headers there raced with the handler's writes.
+			rid, route := requestID(c), c.Path()
 			_ = rc.SetReadDeadline(at())
 			_ = rc.SetWriteDeadline(at())
 			timedOut := func(err error, since time.Time) {
 				if errors.Is(err, os.ErrDeadlineExceeded) && time.Since(since) >= idle {
 					timeouts.Inc()
 					a.log.Warn("stream_timeout: the client paused longer than the stream timeout; its connection is closed",
-						slog.String("request_id", requestID(c)), slog.String("method", req.Method), slog.String("route", c.Path()),
+						slog.String("request_id", rid), slog.String("method", req.Method), slog.String("route", route),
 						slog.Duration("stream_timeout", idle), slog.String("flag", "stream-timeout"))
 				}
 			}
