@@ -78,9 +78,9 @@ func FuzzParseFilter(f *testing.F) {
 			requireClientError(t, err)
 			return
 		}
-		sql, args := buildPage(tb.ID, tb.ID, &readPlan{filters: []filter{flt}}, 10)
+		sql, args := (&readQuery{realm: tb.ID, table: tb.ID, filters: []filter{flt}, limit: 10, fields: true}).pageSQL()
 		requireSQLUsesArgs(t, sql, args)
-		sql, args = buildCount(tb.ID, tb.ID, &readPlan{filters: []filter{flt}, q: s})
+		sql, args = (&readQuery{realm: tb.ID, table: tb.ID, filters: []filter{flt}, q: s, fields: true}).countSQL()
 		requireSQLUsesArgs(t, sql, args)
 	})
 }
@@ -96,7 +96,7 @@ func FuzzParseSort(f *testing.F) {
 			requireClientError(t, err)
 			return
 		}
-		sql, args := buildPage(tb.ID, tb.ID, &readPlan{keys: keys}, 10)
+		sql, args := (&readQuery{realm: tb.ID, table: tb.ID, keys: keys, limit: 10}).pageSQL()
 		requireSQLUsesArgs(t, sql, args)
 	})
 }
@@ -121,7 +121,7 @@ func FuzzCursor(f *testing.F) {
 				requireClientError(t, err)
 				continue
 			}
-			sql, args := buildPage(tb.ID, tb.ID, &readPlan{keys: ks, after: &k, values: vals}, 10)
+			sql, args := (&readQuery{realm: tb.ID, table: tb.ID, keys: ks, after: &k, values: vals, limit: 10}).pageSQL()
 			requireSQLUsesArgs(t, sql, args)
 		}
 	})

@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor"
@@ -392,46 +391,6 @@ func (h *Handler) getRow(c echo.Context) error {
 		return appdor.Errorf(appdor.ENotFound, "row not found")
 	}
 	return writeRow(c, r)
-}
-
-// rowScan is where a page read scans each row. The columns are NULL when the
-// table has no row to show (the reads LEFT JOIN the table's rows), so they are
-// pgtype values, which scan without an allocation where pointers took one or
-// more a column a row; the cells go into a cellArena.
-type rowScan struct {
-	id      pgtype.UUID
-	version pgtype.Int8
-	cells   *cellArena
-	created pgtype.Timestamptz
-	updated pgtype.Timestamptz
-}
-
-// newRowScan returns a rowScan for a read of about n rows whose cells go into
-// cells.
-func newRowScan(n int, cells *cellArena) *rowScan {
-	cells.left = n
-	return &rowScan{cells: cells}
-}
-
-// dest is the scan destinations of a row's id, version, cells, created_at
-// and updated_at, in that order.
-func (s *rowScan) dest() []any {
-	return []any{&s.id, &s.version, s.cells, &s.created, &s.updated}
-}
-
-// row is the row last scanned, and false when it was the NULL row of a
-// table with no row to show.
-func (s *rowScan) row() (Row, bool) {
-	if !s.id.Valid {
-		return Row{}, false
-	}
-	return Row{
-		ID:        s.id.Bytes,
-		Version:   s.version.Int64,
-		Cells:     s.cells.last,
-		CreatedAt: s.created.Time,
-		UpdatedAt: s.updated.Time,
-	}, true
 }
 
 // pageScratch is the memory a page read fills, its rows and their cells,
