@@ -128,6 +128,9 @@ func writePage(c echo.Context, p *page) error {
 	if err != nil {
 		return err
 	}
+	// With its length known, the page goes out in one write, not in chunks
+	// with a header and a trailer of their own.
+	c.Response().Header().Set(echo.HeaderContentLength, strconv.Itoa(len(b)))
 	// The response writer copies what it is given before Write returns, so
 	// the buffer is free again once JSONBlob is done.
 	err = c.JSONBlob(http.StatusOK, b)
