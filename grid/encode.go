@@ -68,10 +68,55 @@ func appendUUID(b []byte, id uuid.UUID) []byte {
 	return append(b, '"')
 }
 
+// appendTime appends t quoted as encoding/json writes it (RFC 3339 with
+// nanoseconds, trailing zeros dropped, in t's own offset). It formats by
+// hand: time.AppendFormat was 5% of a page read's CPU, two times a row.
+// Years encoding/json refuses, offsets in seconds and offsets of a day or
+// more go the long way.
 func appendTime(b []byte, t time.Time) []byte {
+	_, off := t.Zone()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 || off%60 != 0 || off <= -24*3600 || off >= 24*3600 {
+		b = append(b, '"')
+		b = t.AppendFormat(b, time.RFC3339Nano)
+		return append(b, '"')
+	}
+	hour, minute, sec := t.Clock()
 	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
+	b = append2(append2(b, year/100), year%100)
+	b = append2(append(b, '-'), int(month))
+	b = append2(append(b, '-'), day)
+	b = append2(append(b, 'T'), hour)
+	b = append2(append(b, ':'), minute)
+	b = append2(append(b, ':'), sec)
+	if ns := t.Nanosecond(); ns != 0 {
+		var frac [9]byte
+		for i := len(frac) - 1; i >= 0; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := len(frac)
+		for frac[n-1] == '0' {
+			n--
+		}
+		b = append(append(b, '.'), frac[:n]...)
+	}
+	if off == 0 {
+		b = append(b, 'Z')
+	} else {
+		sign := byte('+')
+		if off < 0 {
+			sign, off = '-', -off
+		}
+		b = append2(append(b, sign), off/3600)
+		b = append2(append(b, ':'), off/60%60)
+	}
 	return append(b, '"')
+}
+
+// append2 appends n (0 to 99) as two digits.
+func append2(b []byte, n int) []byte {
+	return append(b, byte('0'+n/10), byte('0'+n%10))
 }
 
 // appendJSON appends the page as JSON: {"rows":[…],"next_cursor":…,"links":{…}}.

@@ -101,3 +101,33 @@ func TestCellArenaKeepsEachRow(t *testing.T) {
 		}
 	}
 }
+
+// The hand-formatted time says what encoding/json says, for every offset,
+// precision and year it may meet.
+func TestTimeEncodingMatchesEncodingJSON(t *testing.T) {
+	zones := []*time.Location{time.UTC, time.Local, time.FixedZone("IST", 5*3600+1800), time.FixedZone("BRT", -3*3600),
+		time.FixedZone("odd", -(9*3600 + 30*60 + 15)), time.FixedZone("far", 26*3600)}
+	if ny, err := time.LoadLocation("America/New_York"); err == nil {
+		zones = append(zones, ny)
+	}
+	times := []time.Time{
+		time.Date(2026, 11, 30, 2, 3, 4, 123456789, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(2026, 3, 8, 7, 0, 0, 100000000, time.UTC), time.Date(1970, 1, 1, 0, 0, 0, 120000, time.UTC),
+	}
+	for i := range 200 {
+		times = append(times, time.Unix(int64(i)*7919*86400/3+int64(i*i), int64(i)*4999999))
+	}
+	for _, z := range zones {
+		for _, at := range times {
+			at = at.In(z)
+			want, err := json.Marshal(at)
+			if err != nil {
+				continue // a time encoding/json refuses is never a row's
+			}
+			if got := appendTime(nil, at); !bytes.Equal(got, want) {
+				t.Errorf("%v in %v: got %s, want %s", at, z, got, want)
+			}
+		}
+	}
+}
