@@ -88,6 +88,75 @@ func benchTable(b *testing.B, app *testenv.App, token string) string {
 	return m["id"].(string)
 }
 
+// benchWideTable makes the wide benchmark table: 30 fields, two of them
+// links to a 50-row People table of the same app (each row links one or two
+// people in each), and 2,000 rows.
+func benchWideTable(b *testing.B, app *testenv.App, token string) string {
+	do := func(method, path string, body any) map[string]any {
+		res := app.Do(b, method, path, token, body)
+		require.Less(b, res.Status, 300, string(res.Body))
+		return res.Map(b)
+	}
+	fieldIDs := func(m map[string]any) map[string]string {
+		ids := map[string]string{}
+		for _, x := range m["fields"].([]any) {
+			fm := x.(map[string]any)
+			ids[fm["name"].(string)] = fm["id"].(string)
+		}
+		return ids
+	}
+	appID := do("POST", "/api/v1/apps", map[string]any{"name": "Wide"})["id"].(string)
+	people := do("POST", "/api/v1/apps/"+appID+"/tables", map[string]any{"name": "People", "fields": []map[string]any{field("Name", "text")}})
+	pname := fieldIDs(people)["Name"]
+	prows := make([]map[string]any, 50)
+	for i := range prows {
+		prows[i] = map[string]any{"cells": map[string]any{pname: fmt.Sprintf("Person %d", i)}}
+	}
+	created := app.Do(b, "POST", "/api/v1/tables/"+people["id"].(string)+"/rows", token, map[string]any{"rows": prows})
+	require.Less(b, created.Status, 300, string(created.Body))
+	var pids []string
+	for _, r := range created.Map(b)["rows"].([]any) {
+		pids = append(pids, r.(map[string]any)["id"].(string))
+	}
+	link := map[string]any{"table": people["id"]}
+	fields := []map[string]any{field("Owner", "link", link), field("Reviewers", "link", link)}
+	kinds := []string{"text", "long_text", "number", "checkbox", "date", "email", "url"}
+	for i := range 28 {
+		fields = append(fields, field(fmt.Sprintf("F%02d", i), kinds[i%len(kinds)]))
+	}
+	m := do("POST", "/api/v1/apps/"+appID+"/tables", map[string]any{"name": "Wide", "fields": fields})
+	ids := fieldIDs(m)
+	for batch := range 2 {
+		rows := make([]map[string]any, 1000)
+		for i := range rows {
+			n := batch*1000 + i
+			cells := map[string]any{ids["Owner"]: []string{pids[n%50]}, ids["Reviewers"]: []string{pids[(n+1)%50], pids[(n+7)%50]}}
+			for j := range 28 {
+				id := ids[fmt.Sprintf("F%02d", j)]
+				switch kinds[j%len(kinds)] {
+				case "text":
+					cells[id] = fmt.Sprintf("Item %d", n)
+				case "long_text":
+					cells[id] = "Some notes about the item, a sentence or two long."
+				case "number":
+					cells[id] = float64(n) * 1.25
+				case "checkbox":
+					cells[id] = n%2 == 0
+				case "date":
+					cells[id] = "2026-03-14"
+				case "email":
+					cells[id] = fmt.Sprintf("owner%d@example.com", n%50)
+				case "url":
+					cells[id] = "https://example.com/items"
+				}
+			}
+			rows[i] = map[string]any{"cells": cells}
+		}
+		do("POST", "/api/v1/tables/"+m["id"].(string)+"/rows", map[string]any{"rows": rows})
+	}
+	return m["id"].(string)
+}
+
 // BenchmarkRead100 reads the first 100 rows of a 2,000-row, 8-field table
 // through Appdor's whole HTTP stack (authentication, rate limiter, fairness
 // controller, RLS) and through the bare reference handler, at 1 and 16
@@ -113,6 +182,9 @@ func BenchmarkRead100(b *testing.B) {
 	b.Cleanup(pool.Close)
 	bare := httptest.NewServer(bareHandler(pool, tn.RealmID, uuid.MustParse(tableID)))
 	b.Cleanup(bare.Close)
+	wideID := benchWideTable(b, app, tn.Token)
+	bareWide := httptest.NewServer(bareHandler(pool, tn.RealmID, uuid.MustParse(wideID)))
+	b.Cleanup(bareWide.Close)
 
 	// The same stack with the fairness controller off: one realm with 16
 	// clients in flight is over its share by design, and the refusals are
@@ -128,6 +200,11 @@ func BenchmarkRead100(b *testing.B) {
 		// Not compared with bare: a sorted and filtered read, for its own figures.
 		{"appdor-sorted-filtered", app.URL + "/api/v1/tables/" + tableID + "/rows?limit=100&sort=-Amount&filter=Done:eq:true", tn.Token},
 		{"bare", bare.URL + "/rows?limit=100", ""},
+		// 30 fields, two of them links: the page and its links' display
+		// values in one more query, against the bare read of the same rows
+		// (which shows no display values).
+		{"appdor-wide-links", app.URL + "/api/v1/tables/" + wideID + "/rows?limit=100", tn.Token},
+		{"bare-wide", bareWide.URL + "/rows?limit=100", ""},
 	}
 	if u := os.Getenv("APPDOR_BENCH_URL"); u != "" {
 		targets = []struct{ name, url, token string }{{"external", u, os.Getenv("APPDOR_BENCH_TOKEN")}}

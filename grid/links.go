@@ -55,19 +55,30 @@ func checkLinks(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, cells
 
 // linkDisplaySQL loads, for one page of rows, the display value (the first
 // text field) of every row their link cells point at: one query per page.
+// The linked rows' table and id are cast to uuids first, in a materialized
+// CTE over the page's own rows, so that the join to the linked rows is on
+// plain uuid columns, which RLS lets the planner use the primary key for.
+// Joined on the casts themselves, the casts (not leakproof) could only be
+// applied after the rows policy, and every page scanned every row of the
+// realm once per link cell: 154 ms for a page of 100 rows with two link
+// fields in a 2,050-row realm, 5 ms without RLS.
 const linkDisplaySQL = `
-SELECT DISTINCT l.id::text, l.cells ->> d.id::text
-FROM fields f
-JOIN rows p ON p.realm_id = f.realm_id AND p.table_id = f.table_id AND p.id = ANY($3::uuid[])
-CROSS JOIN LATERAL jsonb_array_elements_text(
-    CASE WHEN jsonb_typeof(p.cells -> f.id::text) = 'array' THEN p.cells -> f.id::text ELSE '[]'::jsonb END) AS e(v)
-JOIN rows l ON l.realm_id = f.realm_id AND l.table_id = (f.options ->> 'table')::uuid AND l.id = e.v::uuid
+WITH targets AS MATERIALIZED (
+    SELECT DISTINCT (f.options ->> 'table')::uuid AS table_id, e.v::uuid AS id
+    FROM fields f
+    JOIN rows p ON p.realm_id = f.realm_id AND p.table_id = f.table_id AND p.id = ANY($3::uuid[])
+    CROSS JOIN LATERAL jsonb_array_elements_text(
+        CASE WHEN jsonb_typeof(p.cells -> f.id::text) = 'array' THEN p.cells -> f.id::text ELSE '[]'::jsonb END) AS e(v)
+    WHERE f.realm_id = $1 AND f.table_id = $2 AND f.type = 'link'
+)
+SELECT l.id::text, l.cells ->> d.id::text
+FROM targets t
+JOIN rows l ON l.realm_id = $1 AND l.id = t.id AND l.table_id = t.table_id
 LEFT JOIN LATERAL (
     SELECT id FROM fields
-    WHERE realm_id = l.realm_id AND table_id = l.table_id AND type = 'text'
+    WHERE realm_id = $1 AND table_id = t.table_id AND type = 'text'
     ORDER BY position, id LIMIT 1
-) d ON true
-WHERE f.realm_id = $1 AND f.table_id = $2 AND f.type = 'link'`
+) d ON true`
 
 // linkDisplays returns the display value of each row the page links to, keyed
 // by row id (null when the linked table has no text field or the cell is empty).
