@@ -104,42 +104,9 @@ func runImport(ctx context.Context, p plan, base string, victim, imp *tenant) *i
 	sleepCtx(ctx, p.Baseline)
 	progress("import", "baseline", rec, "victim")
 
-	out := &importOutcome{rec: rec}
 	rec.begin("import")
-	ictx, cancel := context.WithTimeout(ctx, p.ImportTimeout)
-	start := time.Now()
-	req, _ := http.NewRequestWithContext(ictx, "POST", base+"/api/v1/tables/"+imp.TableID+"/csv", csvBody(p.ImportRows))
-	req.Header.Set("Authorization", "Bearer "+imp.Token)
-	req.Header.Set("Content-Type", "text/csv")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		out.Message = err.Error()
-	} else {
-		body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-		res.Body.Close()
-		out.Code = res.StatusCode
-		var answer struct {
-			Inserted int `json:"inserted"`
-			Failed   int `json:"failed"`
-			Error    struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-				Details struct {
-					Inserted int `json:"inserted"`
-					Failed   int `json:"failed"`
-				} `json:"details"`
-			} `json:"error"`
-		}
-		_ = json.Unmarshal(body, &answer)
-		out.Inserted, out.Failed = answer.Inserted, answer.Failed
-		if res.StatusCode >= 300 {
-			// A stopped import tells what it had done in its error's details.
-			out.Inserted, out.Failed = answer.Error.Details.Inserted, answer.Error.Details.Failed
-		}
-		out.ErrCode, out.Message = answer.Error.Code, answer.Error.Message
-	}
-	out.Duration = time.Since(start)
-	cancel()
+	out := importCSV(ctx, p, base, imp, p.ImportRows)
+	out.rec = rec
 	stop()
 	rec.end()
 	progress("import", "import", rec, "victim")

@@ -513,7 +513,9 @@ func sPatcher(ctx context.Context, rec *recorder, base string, a *autoSetup, wor
 	return st
 }
 
-// importCSV imports rows rows into t by CSV, as the import scenario does.
+// importCSV imports rows rows into t by CSV, sending it again after
+// Retry-After when it is refused before a row was read. The import arm and
+// the automation storm both import with it.
 func importCSV(ctx context.Context, p plan, base string, t *tenant, rows int) *importOutcome {
 	out := &importOutcome{}
 	ictx, cancel := context.WithTimeout(ctx, p.ImportTimeout)
@@ -534,10 +536,18 @@ func importCSV(ctx context.Context, p plan, base string, t *tenant, rows int) *i
 		var answer struct {
 			Inserted int `json:"inserted"`
 			Failed   int `json:"failed"`
+			Error    struct {
+				Details struct {
+					Inserted int `json:"inserted"`
+					Failed   int `json:"failed"`
+				} `json:"details"`
+			} `json:"error"`
 		}
 		_ = json.Unmarshal(body, &answer)
 		out.Inserted, out.Failed = answer.Inserted, answer.Failed
 		if res.StatusCode >= 300 {
+			// A stopped import tells what it had done in its error's details.
+			out.Inserted, out.Failed = answer.Error.Details.Inserted, answer.Error.Details.Failed
 			out.ErrCode, out.Message = errorCode(body), fmt.Sprintf("%.200s", body)
 		}
 		// Refused at admission, before a row was read: a client with retries
