@@ -13,9 +13,12 @@
 //   - Classes, decided per unit as it arrives: sparse when its flow has fewer
 //     than SparseDepth units outstanding, deep when more; backlogged when its
 //     flow is not measured yet (new, or back after ActiveWindow idle) or was
-//     refused within SparseAfterRefusal with work of its own queued ahead,
-//     so a storm idling between refusals never passes for sparse. Sparse
-//     units go first, then deep ones, then backlogged ones, each by virtual
+//     marked within SparseAfterRefusal: refused with work of its own queued
+//     ahead (so a storm idling between refusals never passes for sparse), or
+//     found holding more than half the seats with as many of its own queued
+//     as there are seats (sixty readers served within the wait bound were
+//     never refused, held every seat as deep work, and the quiet realm
+//     beside them went x3.4). Sparse units go first, then deep ones, then backlogged ones, each by virtual
 //     time (backlogged flows not measured yet first).
 //   - While several flows are active, backlogged units together hold
 //     BackloggedSeats (half the cores), plus one probe seat for a flow never
@@ -69,6 +72,9 @@ const (
 	ReasonQueueFull   = "queue_full"   // the flow's queue was full
 	ReasonWaitExpired = "wait_expired" // no seat within WaitBound
 	ReasonCanceled    = "canceled"     // the caller went away while queued
+	// reasonDeepQueue is why a flow is marked with no refusal: it holds
+	// more than half the seats and has as many units queued as there are.
+	reasonDeepQueue = "deep_queue"
 )
 
 // Defaults.
@@ -261,8 +267,8 @@ func (f *flow) ready(now time.Time) bool {
 // dispatcher serves the smallest first (weighted fair queuing's rule).
 func (f *flow) finish(l *level) float64 { return max(f.vt, l.vnow) + f.estimate }
 
-// marked says whether f was refused with backlogged work of its own queued
-// ahead within SparseAfterRefusal.
+// marked says whether f was marked within SparseAfterRefusal: refused with
+// backlogged work of its own queued ahead, or queued deeper than the seats.
 func (c *Controller) marked(f *flow, now time.Time) bool {
 	return !f.backedAt.IsZero() && now.Sub(f.backedAt) < c.cfg.SparseAfterRefusal
 }
@@ -381,6 +387,15 @@ func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*
 		if x.cls != sparseWork {
 			w.ahead++
 		}
+	}
+	if lvl == Interactive && w.ahead >= l.seats && 2*f.inflight > l.seats {
+		// Holding more than half the seats with as many of its own queued
+		// ahead as there are seats: marked, as a refusal with work ahead
+		// would mark it, this unit with it. (Not a flow that holds few: a
+		// quiet realm queued four deep behind sixteen arriving storms,
+		// holding none, was marked and then refused at every request.)
+		c.mark(f, reasonDeepQueue, now)
+		w.cls = backloggedWork
 	}
 	f.queue = append(f.queue, w)
 	l.queued++
@@ -622,8 +637,10 @@ func (c *Controller) expire(w *waiter) {
 	c.sweep(now)
 	if c.active <= 1 {
 		// Its flow is the only active one: no other realm's latency to
-		// keep. Wait on; look again after another wait bound.
+		// keep, and no seat held back from it. Wait on; look again after
+		// another wait bound.
 		w.stop = c.cfg.Clock.AfterFunc(c.cfg.WaitBound, func() { c.expire(w) })
+		c.dispatch(w.f.lvl, now)
 		return
 	}
 	c.unqueue(w)
@@ -661,8 +678,7 @@ func remove(q []*waiter, w *waiter) []*waiter {
 func (c *Controller) refuse(f *flow, reason string, now time.Time, marks bool) {
 	f.fm.refused(reason).Inc()
 	if marks {
-		c.logBacklogged(f, reason, now)
-		f.backedAt = now
+		c.mark(f, reason, now)
 	}
 	first := f.refusedAt.IsZero() || now.Sub(f.refusedAt) >= episodeGap
 	f.refusedAt = now
@@ -673,6 +689,13 @@ func (c *Controller) refuse(f *flow, reason string, now time.Time, marks bool) {
 			slog.Int("inflight", f.inflight), slog.Int("queued", len(f.queue)),
 			slog.Int("seats_in_use", l.inUse), slog.Int("seats", l.seats), slog.Int("active_realms", c.active))
 	}
+}
+
+// mark makes f backlogged for SparseAfterRefusal from now, for why. c.mu is
+// held.
+func (c *Controller) mark(f *flow, why string, now time.Time) {
+	c.logBacklogged(f, why, now)
+	f.backedAt = now
 }
 
 // logBacklogged logs at DEBUG that f, sparse until now, turns backlogged

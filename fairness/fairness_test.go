@@ -910,3 +910,58 @@ func TestARealmBackFromIdleGoesBeforeTheStormsQueue(t *testing.T) {
 	}
 	require.Equal(t, 0, c.InUse(Interactive))
 }
+
+// A realm found holding more than half the seats with as many of its own
+// units queued as there are seats is marked without a refusal: its next units are backlogged, held to
+// BackloggedSeats while another realm is active. Sixty readers of one realm,
+// each read well within the wait bound, were never refused and so never
+// marked; as deep work they took every free seat, and the quiet realm beside
+// them measured x3.4 its baseline p99.
+func TestAQueueDeeperThanTheSeatsMarksItsRealm(t *testing.T) {
+	t.Parallel()
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats, cfg.QueueLength = 2, 1, 8 })
+	measure(t, c, "victim", "storm")
+	s1, s2 := now(t, c, "storm"), now(t, c, "storm") // every seat
+	out := make(chan grant, 8)
+	for i := range 3 {
+		ask(c, "storm", Interactive, out)
+		awaitQueued(t, c, "storm", Interactive, i+1)
+	}
+	require.True(t, c.isBacklogged("storm"), "every seat held, two queued ahead of the third: marked")
+
+	s1()
+	g := next(t, out) // the storm's deep units, queued before the mark
+	s2()
+	g2 := next(t, out)
+	require.NoError(t, g.err)
+	require.NoError(t, g2.err)
+	g.release()
+	g3 := next(t, out) // the third, marked as it queued: the one backlogged seat
+	require.NoError(t, g3.err)
+	ask(c, "storm", Interactive, out) // backlogged, and that seat is taken
+	awaitQueued(t, c, "storm", Interactive, 1)
+	g2.release()
+	require.Equal(t, 1, c.InUse(Interactive), "a seat free, kept for sparse work")
+	none(t, out)
+	v := now(t, c, "victim")
+	v()
+	g3.release()
+	next(t, out).release()
+	require.Equal(t, 0, c.InUse(Interactive))
+
+	// A realm that holds no seat is not marked however deep it queues: a
+	// quiet realm stalled behind sixteen arriving storms was, and was then
+	// refused at every request.
+	measure(t, c, "f1", "f2")
+	f1, f2 := now(t, c, "f1"), now(t, c, "f2")
+	for i := range 3 {
+		ask(c, "victim", Interactive, out)
+		awaitQueued(t, c, "victim", Interactive, i+1)
+	}
+	require.False(t, c.isBacklogged("victim"))
+	f1()
+	f2()
+	for range 3 {
+		next(t, out).release()
+	}
+}

@@ -25,7 +25,8 @@
 //     automation latency (its write's answer to the sink's receipt) are held
 //     to their baselines; every Q write must reach the sink under exactly one
 //     webhook-id, and S's events must all be delivered within a drain;
-//   - wired: the controller's counters for the storm realm moved.
+//   - wired: the controller dispatched the storm realm's work and queued
+//     some of it for a seat.
 //
 // And on a second server with the controller off (APPDOR_FAIRNESS=off):
 //
@@ -136,7 +137,7 @@ var wiring = map[string]bool{
 	"agent malformed 429s":                                true,
 	"control (fairness off) breaks the bound":             true,
 	"wired: storm realm dispatched counter moved":         true,
-	"wired: storm realm refused counter moved":            true,
+	"wired: storm realm waited for seats":                 true,
 	"import completes (2xx)":                              true,
 	"import rows all there":                               true,
 	"lone: refusals with the controller on":               true,
@@ -473,9 +474,14 @@ func run(ctx context.Context) (int, error) {
 	add("control (fairness off) breaks the bound", ctlRatio, fmt.Sprintf("> %.1f or victim errors > 0", controlBound), !controlHeld)
 
 	dispatchedMoved := st.after.Dispatched > st.metricsBefore.Dispatched
-	refusedMoved := st.after.Refused > st.metricsBefore.Refused
+	// Sixty closed-loop readers against a few seats must queue whenever the
+	// controller is on the path; whether they are also refused depends on
+	// how fast the machine serves them (none were, in 13,527 reads at
+	// 2,246 a second), so the refusals are in the storm's line and the JSON,
+	// not a gate.
+	waitedMoved := st.after.Waited > st.metricsBefore.Waited
 	add("wired: storm realm dispatched counter moved", st.after.Dispatched-st.metricsBefore.Dispatched, "> 0", dispatchedMoved)
-	add("wired: storm realm refused counter moved", st.after.Refused-st.metricsBefore.Refused, "> 0", refusedMoved)
+	add("wired: storm realm waited for seats", st.after.Waited-st.metricsBefore.Waited, "> 0 s", waitedMoved)
 
 	held := true
 	for _, g := range gates {
@@ -548,7 +554,7 @@ func run(ctx context.Context) (int, error) {
 			"on": auto.json(bound.Value), "control": autoCtl.json(bound.Value), "bad_signatures": badSignatures,
 		},
 		"wired": map[string]any{
-			"held": dispatchedMoved && refusedMoved, "before": st.metricsBefore, "after": st.after,
+			"held": dispatchedMoved && waitedMoved, "before": st.metricsBefore, "after": st.after,
 		},
 		"gates": gates,
 	}
@@ -584,8 +590,8 @@ func run(ctx context.Context) (int, error) {
 	autoCtl.print("automation (fairness off)", autoCtlRatio, autoCtlLat)
 	fmt.Printf("\nresults: test/fairness/results/latest.json, chart: test/fairness/results/latest.svg (%.0fs)\n", time.Since(started).Seconds())
 	switch {
-	case !dispatchedMoved || !refusedMoved:
-		fmt.Println("FAIL: the fairness controller is not on the request path: its counters for the storm realm did not move")
+	case !dispatchedMoved || !waitedMoved:
+		fmt.Println("FAIL: the fairness controller is not on the request path: the storm realm was not dispatched or never waited for a seat")
 		return 1, nil
 	case controlHeld:
 		fmt.Println("FAIL: with the controller off the victim still held the bound; this run cannot tell a working controller from a missing one")

@@ -341,6 +341,9 @@ func runMany(ctx context.Context, p plan, base string, quiet *tenant, storms []*
 type fairnessCounts struct {
 	Dispatched float64 `json:"dispatched"`
 	Refused    float64 `json:"refused"`
+	// Waited is the seconds its work spent queued for a seat, the sum of
+	// appdor_fairness_wait_seconds.
+	Waited float64 `json:"waited_s"`
 }
 
 // metricsSnapshot is one read of /metrics, by family name.
@@ -361,7 +364,7 @@ func scrapeAll(ctx context.Context, base string) (metricsSnapshot, error) {
 	return families, nil
 }
 
-// sum adds up the counter (or gauge) name over the series whose labels
+// sum adds up the counter (gauge, or histogram's sum) name over the series whose labels
 // include every pair in match; ok is false when the family is absent.
 func (m metricsSnapshot) sum(name string, match map[string]string) (total float64, ok bool) {
 	f, ok := m[name]
@@ -385,6 +388,8 @@ func (m metricsSnapshot) sum(name string, match map[string]string) (total float6
 			total += s.GetGauge().GetValue()
 		case s.GetUntyped() != nil:
 			total += s.GetUntyped().GetValue()
+		case s.GetHistogram() != nil:
+			total += s.GetHistogram().GetSampleSum()
 		}
 	}
 	return total, true
@@ -393,7 +398,8 @@ func (m metricsSnapshot) sum(name string, match map[string]string) (total float6
 // fairness sums the controller's counters of realm over levels and reasons:
 // appdor_fairness_dispatched_total{realm,level} (before the rename,
 // appdor_fairness_admitted_total{realm,class}) and
-// appdor_fairness_refused_total{realm,level,reason}.
+// appdor_fairness_refused_total{realm,level,reason}, and the seconds waited,
+// appdor_fairness_wait_seconds{realm,level}.
 func (m metricsSnapshot) fairness(realm string) fairnessCounts {
 	var c fairnessCounts
 	var ok bool
@@ -401,6 +407,7 @@ func (m metricsSnapshot) fairness(realm string) fairnessCounts {
 		c.Dispatched, _ = m.sum("appdor_fairness_admitted_total", map[string]string{"realm": realm})
 	}
 	c.Refused, _ = m.sum("appdor_fairness_refused_total", map[string]string{"realm": realm})
+	c.Waited, _ = m.sum("appdor_fairness_wait_seconds", map[string]string{"realm": realm})
 	return c
 }
 
