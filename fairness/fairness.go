@@ -15,11 +15,12 @@
 //     flow is not measured yet (new, or back after ActiveWindow idle) or was
 //     marked within SparseAfterRefusal: refused with work of its own queued
 //     ahead (so a storm idling between refusals never passes for sparse), or
-//     found holding more than half the seats with as many of its own queued
-//     as there are seats (sixty readers served within the wait bound were
+//     found holding every seat beside another active flow with as many of
+//     its own queued (sixty readers served within the wait bound were
 //     never refused, held every seat as deep work, and the quiet realm
-//     beside them went x3.4). Sparse units go first, then deep ones, then backlogged ones, each by virtual
-//     time (backlogged flows not measured yet first).
+//     beside them went x3.4). Sparse units go first, then deep ones, then
+//     backlogged ones, each by virtual time (backlogged flows not measured
+//     yet first).
 //   - While several flows are active, backlogged units together hold
 //     BackloggedSeats (half the cores), plus one probe seat for a flow never
 //     measured; a flow alone holds every seat. Deep units are not held.
@@ -73,7 +74,7 @@ const (
 	ReasonWaitExpired = "wait_expired" // no seat within WaitBound
 	ReasonCanceled    = "canceled"     // the caller went away while queued
 	// reasonDeepQueue is why a flow is marked with no refusal: it holds
-	// more than half the seats and has as many units queued as there are.
+	// every seat beside another active flow, with as many units queued.
 	reasonDeepQueue = "deep_queue"
 )
 
@@ -388,12 +389,14 @@ func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*
 			w.ahead++
 		}
 	}
-	if lvl == Interactive && w.ahead >= l.seats && 2*f.inflight > l.seats {
-		// Holding more than half the seats with as many of its own queued
-		// ahead as there are seats: marked, as a refusal with work ahead
-		// would mark it, this unit with it. (Not a flow that holds few: a
-		// quiet realm queued four deep behind sixteen arriving storms,
-		// holding none, was marked and then refused at every request.)
+	if lvl == Interactive && w.ahead >= l.seats && f.inflight >= l.seats && c.active > 1 {
+		// Holding every seat beside another active realm, with as many of
+		// its own queued ahead as there are seats: marked, as a refusal
+		// with work ahead would mark it, this unit with it. (Not a flow
+		// that holds fewer: a quiet realm queued four deep behind sixteen
+		// arriving storms, holding none, was marked and then refused at
+		// every request; one holding three of four seats beside a
+		// backlogged burst was marked four times in a two-minute storm.)
 		c.mark(f, reasonDeepQueue, now)
 		w.cls = backloggedWork
 	}

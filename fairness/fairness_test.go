@@ -911,8 +911,8 @@ func TestARealmBackFromIdleGoesBeforeTheStormsQueue(t *testing.T) {
 	require.Equal(t, 0, c.InUse(Interactive))
 }
 
-// A realm found holding more than half the seats with as many of its own
-// units queued as there are seats is marked without a refusal: its next units are backlogged, held to
+// A realm found holding every seat beside another active realm, with as many
+// of its own units queued, is marked without a refusal: its next units are backlogged, held to
 // BackloggedSeats while another realm is active. Sixty readers of one realm,
 // each read well within the wait bound, were never refused and so never
 // marked; as deep work they took every free seat, and the quiet realm beside
