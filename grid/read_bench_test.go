@@ -1,11 +1,13 @@
 package grid_test
 
 import (
+	"context"
 	"net/http"
 	"runtime"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor/grid"
@@ -92,4 +94,109 @@ func BenchmarkReadPage200(b *testing.B) {
 	}
 	b.Run("grid", func(b *testing.B) { run(b, e, "") })
 	b.Run("stack", func(b *testing.B) { run(b, app.Handler(), tn.Token) })
+}
+
+// BenchmarkReadStages is the first 100-row page of the 8-field benchmark
+// table, in process and one at a time, with one stage taken away at a time,
+// so that a stage's cost is the difference between two lines of one run:
+//
+//   - stack: the whole Echo stack (request id, access log at INFO, metrics,
+//     authentication from the token cache, the limiter's Redis round trip,
+//     the fairness gate, the grid handler);
+//   - stack-limiter-off, stack-fairness-off: without the limiter, without
+//     the fairness controller;
+//   - grid: the grid handler alone (the RLS-scoped query, scan, encode);
+//   - rls-select-1: one statement as the realm (the RLS setup and a round
+//     trip), and pool-select-1: the same statement on the pool without it.
+//
+// Run it with
+//
+//	go test ./grid -run '^$' -bench BenchmarkReadStages -benchmem -count 6
+func BenchmarkReadStages(b *testing.B) {
+	apps := map[string]*testenv.App{
+		"stack": testenv.NewApp(b, func(c *server.Config) { c.RealmRequestsPerMinute = 1 << 30 }),
+		"stack-limiter-off": testenv.NewApp(b, func(c *server.Config) {
+			c.RealmRequestsPerMinute = 1 << 30
+			c.LimiterOff = true
+		}),
+		"stack-fairness-off": testenv.NewApp(b, func(c *server.Config) {
+			c.RealmRequestsPerMinute = 1 << 30
+			c.Fairness.Off = true
+		}),
+	}
+	type target struct {
+		h     http.Handler
+		path  string
+		token string
+	}
+	targets := map[string]target{}
+	var realm uuid.UUID
+	var gridPath string
+	for name, app := range apps {
+		tn := app.NewTenant(b, tenancy.RoleEditor, nil)
+		targets[name] = target{app.Handler(), "/api/v1/tables/" + benchTable(b, app, tn.Token) + "/rows?limit=100", tn.Token}
+		if name == "stack" {
+			realm, gridPath = tn.RealmID, targets[name].path
+			e := echo.New()
+			principal := &tenancy.Principal{RealmID: tn.RealmID, UserID: tn.UserID, Role: tenancy.RoleEditor, TokenID: uuid.New()}
+			g := e.Group("/api/v1", func(next echo.HandlerFunc) echo.HandlerFunc {
+				return func(c echo.Context) error {
+					tenancy.WithPrincipal(c, principal)
+					return next(c)
+				}
+			})
+			grid.New(rls.New(testenv.Pool(b), 0, 0)).Routes(g)
+			targets["grid"] = target{e, gridPath, ""}
+		}
+	}
+	for _, name := range []string{"stack", "stack-limiter-off", "stack-fairness-off", "grid"} {
+		tg := targets[name]
+		b.Run(name, func(b *testing.B) {
+			req, err := http.NewRequest(http.MethodGet, tg.path, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if tg.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tg.token)
+			}
+			w := &countingWriter{h: http.Header{}}
+			tg.h.ServeHTTP(w, req) // warm the token cache and the field cache
+			b.ReportAllocs()
+			for b.Loop() {
+				w.reset()
+				tg.h.ServeHTTP(w, req)
+				if w.status != http.StatusOK {
+					b.Fatalf("status %d", w.status)
+				}
+			}
+			b.ReportMetric(float64(w.n), "body-bytes")
+		})
+	}
+	db := rls.New(testenv.Pool(b), 0, 0)
+	ctx := context.Background()
+	noop := func(rows pgx.Rows) error {
+		for rows.Next() {
+		}
+		return rows.Err()
+	}
+	b.Run("rls-select-1", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := db.Query(ctx, realm, noop, "SELECT 1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("pool-select-1", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			rows, err := testenv.Pool(b).Query(ctx, "SELECT 1")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := noop(rows); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
