@@ -69,7 +69,7 @@ WITH targets AS MATERIALIZED (
     JOIN rows p ON p.realm_id = f.realm_id AND p.table_id = f.table_id AND p.id = ANY($3::uuid[])
     CROSS JOIN LATERAL jsonb_array_elements_text(
         CASE WHEN jsonb_typeof(p.cells -> f.id::text) = 'array' THEN p.cells -> f.id::text ELSE '[]'::jsonb END) AS e(v)
-    WHERE f.realm_id = $1 AND f.table_id = $2 AND f.type = 'link'
+    WHERE f.realm_id = $1 AND f.table_id = $2 AND f.type = 'link' AND ($4::uuid[] IS NULL OR f.id = ANY($4::uuid[]))
 )
 SELECT l.id::text, l.cells ->> d.id::text
 FROM targets t
@@ -81,8 +81,9 @@ LEFT JOIN LATERAL (
 ) d ON true`
 
 // linkDisplays returns the display value of each row the page links to, keyed
-// by row id (null when the linked table has no text field or the cell is empty).
-func (h *Handler) linkDisplays(ctx context.Context, realm, tableID uuid.UUID, page []Row) (map[string]*string, error) {
+// by row id (null when the linked table has no text field or the cell is
+// empty), through the link fields only (every link field when only is nil).
+func (h *Handler) linkDisplays(ctx context.Context, realm, tableID uuid.UUID, page []Row, only []uuid.UUID) (map[string]*string, error) {
 	out := map[string]*string{}
 	if len(page) == 0 {
 		return out, nil
@@ -99,7 +100,7 @@ func (h *Handler) linkDisplays(ctx context.Context, realm, tableID uuid.UUID, pa
 			return nil
 		})
 		return err
-	}, linkDisplaySQL, realm, tableID, ids)
+	}, linkDisplaySQL, realm, tableID, ids, only)
 	return out, err
 }
 

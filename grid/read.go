@@ -135,8 +135,11 @@ func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limi
 		s := k.encode()
 		out.NextCursor = &s
 	}
+	if q.project != nil {
+		hasLinks = len(q.projectLinks) > 0
+	}
 	if hasLinks && len(out.Rows) > 0 {
-		if out.Links, err = h.linkDisplays(ctx, realm, tableID, out.Rows); err != nil {
+		if out.Links, err = h.linkDisplays(ctx, realm, tableID, out.Rows, q.projectLinks); err != nil {
 			return err
 		}
 	}
@@ -224,6 +227,11 @@ type readQuery struct {
 	// fields is whether the statement reports the fields signature, which
 	// a read built on remembered fields checks.
 	fields bool
+	// project is the fields= projection, field ids (nil: every cell);
+	// drop the table's other fields, whose cells the page leaves out; and
+	// projectLinks the link fields among the projected.
+	project, drop []string
+	projectLinks  []uuid.UUID
 }
 
 // query checks the parameters against t's fields; t is nil for a read
@@ -252,6 +260,17 @@ func (p readParams) query(realm, tableID uuid.UUID, t *Table, limit int) (*readQ
 			return nil, err
 		}
 	}
+	if len(p.fields) > 0 {
+		if q.project, q.projectLinks, err = parseProjection(t, p.fields); err != nil {
+			return nil, err
+		}
+		q.drop = []string{}
+		for _, f := range t.Fields {
+			if id := f.ID.String(); !slices.Contains(q.project, id) {
+				q.drop = append(q.drop, id)
+			}
+		}
+	}
 	return q, nil
 }
 
@@ -266,7 +285,7 @@ func (p readParams) query(realm, tableID uuid.UUID, t *Table, limit int) (*readQ
 // order is the sort keys', empty cells last, then the row id; a cursor
 // keeps the rows that come after its row in that order.
 func (q *readQuery) pageSQL() (string, []any) {
-	plain := len(q.keys) == 0 && len(q.filters) == 0
+	plain := len(q.keys) == 0 && len(q.filters) == 0 && q.project == nil
 	var shape uint8
 	if plain {
 		shape = boolBit(q.q != "", 1) | boolBit(q.after != nil, 2) | boolBit(q.fields, 4)
@@ -303,13 +322,22 @@ func (q *readQuery) pageSQL() (string, []any) {
 	for i := range q.keys {
 		sql += ", p.s" + strconv.Itoa(i)
 	}
+	cells := "r.cells"
+	if q.project != nil {
+		// The other fields' cells taken out by the database, so the page's
+		// bytes pass through as they do unprojected. A row's cells hold
+		// only its table's fields (deleting a field deletes its cells), and
+		// the statement reports the fields signature: a read on fields that
+		// changed since is read again on fresh ones.
+		cells = "r.cells - " + b.arg(q.drop) + "::text[] AS cells"
+	}
 	sql += `
 FROM tables t
 CROSS JOIN LATERAL (SELECT ` + sig + ` AS sig,
     EXISTS (SELECT 1 FROM fields f WHERE f.realm_id = t.realm_id AND f.table_id = t.id AND f.type = 'link') AS has_links
     OFFSET 0) m
 LEFT JOIN LATERAL (
-    SELECT r.id, r.version, r.cells, r.created_at, r.updated_at` + strings.Join(cols, "") + `
+    SELECT r.id, r.version, ` + cells + `, r.created_at, r.updated_at` + strings.Join(cols, "") + `
     FROM rows r
     WHERE ` + strings.Join(conds, " AND ") + `
     ORDER BY ` + strings.Join(order, ", ") + `

@@ -103,6 +103,8 @@ func BenchmarkReadPage200(b *testing.B) {
 //   - stack: the whole Echo stack (request id, access log at INFO, metrics,
 //     authentication from the token cache, the limiter's Redis round trip,
 //     the fairness gate, the grid handler);
+//   - stack-fields-2: the same read projected onto two of the eight fields
+//     (fields=Name,Amount);
 //   - stack-limiter-off, stack-fairness-off: without the limiter, without
 //     the fairness controller;
 //   - grid: the grid handler alone (the RLS-scoped query, scan, encode);
@@ -147,9 +149,10 @@ func BenchmarkReadStages(b *testing.B) {
 			})
 			grid.New(rls.New(testenv.Pool(b), 0, 0)).Routes(g)
 			targets["grid"] = target{e, gridPath, ""}
+			targets["stack-fields-2"] = target{app.Handler(), gridPath + "&fields=Name,Amount", tn.Token}
 		}
 	}
-	for _, name := range []string{"stack", "stack-limiter-off", "stack-fairness-off", "grid"} {
+	for _, name := range []string{"stack", "stack-fields-2", "stack-limiter-off", "stack-fairness-off", "grid"} {
 		tg := targets[name]
 		b.Run(name, func(b *testing.B) {
 			req, err := http.NewRequest(http.MethodGet, tg.path, nil)

@@ -307,9 +307,12 @@ type readParams struct {
 	filters []string
 	q       string
 	cursor  *cursor
+	fields  []string // the fields= projection: field ids, in the order given
 }
 
-func parseReadParams(c echo.Context, withCursor bool) (readParams, error) {
+// parseReadParams reads a read's parameters; page is whether it reads a page,
+// which takes cursor= and fields= (a count takes neither).
+func parseReadParams(c echo.Context, page bool) (readParams, error) {
 	qp := c.QueryParams()
 	p := readParams{sort: qp.Get("sort"), filters: qp["filter"], q: strings.TrimSpace(qp.Get("q"))}
 	if len(p.filters) > maxFilters {
@@ -318,7 +321,13 @@ func parseReadParams(c echo.Context, withCursor bool) (readParams, error) {
 	if msg := queryText.Problem(p.q); msg != "" {
 		return p, badRequest("q", "q %s", msg)
 	}
-	if s := qp.Get("cursor"); withCursor && s != "" {
+	if s := qp.Get("fields"); page && s != "" {
+		p.fields = strings.Split(s, ",")
+		if len(p.fields) > maxProjected {
+			return p, badRequest("fields", "fields names at most %d fields", maxProjected)
+		}
+	}
+	if s := qp.Get("cursor"); page && s != "" {
 		k, err := parseCursor(s)
 		if err != nil {
 			return p, err
@@ -328,9 +337,35 @@ func parseReadParams(c echo.Context, withCursor bool) (readParams, error) {
 	return p, nil
 }
 
-// needsFields tells whether a read must know the table's fields: sorting and
-// filtering do; a plain read or a search does not.
-func (p readParams) needsFields() bool { return p.sort != "" || len(p.filters) > 0 }
+// needsFields tells whether a read must know the table's fields: sorting,
+// filtering and a projection do; a plain read or a search does not.
+func (p readParams) needsFields() bool { return p.sort != "" || len(p.filters) > 0 || len(p.fields) > 0 }
+
+// maxProjected bounds a fields= projection, as a table's fields are bounded.
+const maxProjected = 500
+
+// parseProjection checks a fields= projection against t: each a field of
+// t by id or name (as sort= names them), none twice. It returns their ids,
+// and the ids of the link fields among them.
+func parseProjection(t *Table, refs []string) (keep []string, links []uuid.UUID, err error) {
+	seen := make(map[uuid.UUID]bool, len(refs))
+	for _, ref := range refs {
+		ref = strings.TrimSpace(ref)
+		f := lookupField(t, ref)
+		if f == nil {
+			return nil, nil, badRequest("fields", "fields: no field %q in this table", truncate(ref))
+		}
+		if seen[f.ID] {
+			return nil, nil, badRequest("fields", "fields: field %q is listed twice", truncate(ref))
+		}
+		seen[f.ID] = true
+		keep = append(keep, f.ID.String())
+		if f.Type == TypeLink {
+			links = append(links, f.ID)
+		}
+	}
+	return keep, links, nil
+}
 
 func parseLimit(s string) (int, error) {
 	if s == "" {
