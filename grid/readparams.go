@@ -339,7 +339,9 @@ func parseReadParams(c echo.Context, page bool) (readParams, error) {
 
 // needsFields tells whether a read must know the table's fields: sorting,
 // filtering and a projection do; a plain read or a search does not.
-func (p readParams) needsFields() bool { return p.sort != "" || len(p.filters) > 0 || len(p.fields) > 0 }
+func (p readParams) needsFields() bool {
+	return p.sort != "" || len(p.filters) > 0 || len(p.fields) > 0
+}
 
 // maxProjected bounds a fields= projection, as a table's fields are bounded.
 const maxProjected = 500
