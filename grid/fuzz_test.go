@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -167,5 +168,32 @@ func FuzzNormalize(f *testing.F) {
 		if s != "" && !reflect.DeepEqual(back, v) {
 			t.Fatalf("%s: CSV round trip of %s gives %#v", fd.Type, b, back)
 		}
+	})
+}
+
+// FuzzProjection: any fields= value is a page statement that projects onto
+// fields of the table, or an invalid_request error; never a 500.
+func FuzzProjection(f *testing.F) {
+	tb := fuzzTable()
+	for _, s := range []string{"text", "text,number", "Text,text", ",", "nope", "00000000-0000-7000-8000-000000000020,link", " number , date "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p := readParams{fields: strings.Split(s, ",")}
+		q, err := p.query(tb.ID, tb.ID, tb, 10)
+		if err != nil {
+			requireClientError(t, err)
+			return
+		}
+		if len(q.project)+len(q.drop) != len(tb.Fields) {
+			t.Fatalf("projected %v and dropped %v of %d fields", q.project, q.drop, len(tb.Fields))
+		}
+		for _, id := range q.project {
+			if tb.field(id) == nil {
+				t.Fatalf("projected %q, not a field of the table", id)
+			}
+		}
+		sql, args := q.pageSQL()
+		requireSQLUsesArgs(t, sql, args)
 	})
 }
