@@ -611,14 +611,6 @@ func TestGoneDisablesTheWebhook(t *testing.T) {
 	f.insert(map[string]any{"name": "b"})
 	time.Sleep(500 * time.Millisecond)
 	require.Len(t, s.received(), 1, "a disabled webhook is not called again")
-
-	// Nor by a replay of the run that disabled it: 409, saying why.
-	replay := f.automations() + "/" + id + "/runs/" + run.ID.String() + "/replay"
-	res := f.do("POST", replay, nil)
-	require.Equal(t, http.StatusConflict, res.Status, string(res.Body))
-	require.Contains(t, string(res.Body), "410 Gone")
-	time.Sleep(200 * time.Millisecond)
-	require.Len(t, s.received(), 1, "a replay does not call a disabled webhook")
 }
 
 func TestDeadDeliveryIsReplayedWithItsID(t *testing.T) {

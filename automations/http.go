@@ -672,7 +672,7 @@ func (s *Service) runs(c echo.Context) error {
 }
 
 // replay sends a run's failed and dead deliveries again, each with its own
-// webhook-id, from a fresh retry schedule; not those of a disabled action.
+// webhook-id, from a fresh retry schedule.
 func (s *Service) replay(c echo.Context) error {
 	tableID, err := grid.IDParam(c, "table")
 	if err != nil {
@@ -699,29 +699,13 @@ func (s *Service) replay(c echo.Context) error {
 			}
 			return err
 		}
-		// A delivery whose action is disabled (its receiver answered 410
-		// Gone) is not sent again: the receiver asked for none.
-		var replayed, gone int64
-		if err := tx.QueryRow(ctx, `WITH d AS (
-			  SELECT d.id, EXISTS (
-			    SELECT 1 FROM automations a CROSS JOIN LATERAL jsonb_array_elements(a.actions) x
-			    WHERE a.realm_id = d.realm_id AND a.id = d.automation_id
-			      AND x ->> 'id' = d.action_id AND (x ->> 'disabled')::boolean) AS gone
-			  FROM webhook_deliveries d
-			  WHERE d.realm_id = $1 AND d.run_id = $2 AND d.state IN ('failed', 'dead')
-			), u AS (
-			  UPDATE webhook_deliveries w SET state = 'pending', attempts = 0, next_attempt_at = now(), delivered_at = NULL
-			  FROM d WHERE w.realm_id = $1 AND w.id = d.id AND NOT d.gone
-			  RETURNING 1
-			)
-			SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM d WHERE gone)`, realm, runID).Scan(&replayed, &gone); err != nil {
+		tag, err := tx.Exec(ctx,
+			`UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_at = now(), delivered_at = NULL
+			 WHERE realm_id = $1 AND run_id = $2 AND state IN ('failed', 'dead')`, realm, runID)
+		if err != nil {
 			return err
 		}
-		if replayed == 0 && gone > 0 {
-			return appdor.Errorf(appdor.EConflict, "this run's failed webhook deliveries are to actions whose receivers answered 410 Gone; "+
-				"enable the action (save it without disabled) to send to it again")
-		}
-		if replayed == 0 {
+		if tag.RowsAffected() == 0 {
 			return appdor.Errorf(appdor.EConflict, "this run has no failed or dead webhook delivery to replay")
 		}
 		if err := updateRun(ctx, tx, realm, runID); err != nil {
