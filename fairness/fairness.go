@@ -15,8 +15,8 @@
 //     flow is not measured yet (new, or back after ActiveWindow idle) or was
 //     marked within SparseAfterRefusal: refused with work of its own queued
 //     ahead (so a storm idling between refusals never passes for sparse), or
-//     found holding every seat beside another active flow with as many of
-//     its own queued (sixty readers served within the wait bound were
+//     found holding every seat beside another active flow with its queue
+//     half full (sixty readers served within the wait bound were
 //     never refused, held every seat as deep work, and the quiet realm
 //     beside them went x3.4). Sparse units go first, then deep ones, then
 //     backlogged ones, each by virtual time (backlogged flows not measured
@@ -74,7 +74,7 @@ const (
 	ReasonWaitExpired = "wait_expired" // no seat within WaitBound
 	ReasonCanceled    = "canceled"     // the caller went away while queued
 	// reasonDeepQueue is why a flow is marked with no refusal: it holds
-	// every seat beside another active flow, with as many units queued.
+	// every seat beside another active flow, with its queue half full.
 	reasonDeepQueue = "deep_queue"
 )
 
@@ -389,14 +389,14 @@ func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*
 			w.ahead++
 		}
 	}
-	if lvl == Interactive && w.ahead >= l.seats && f.inflight >= l.seats && c.active > 1 {
-		// Holding every seat beside another active realm, with as many of
-		// its own queued ahead as there are seats: marked, as a refusal
-		// with work ahead would mark it, this unit with it. (Not a flow
-		// that holds fewer: a quiet realm queued four deep behind sixteen
-		// arriving storms, holding none, was marked and then refused at
-		// every request; one holding three of four seats beside a
-		// backlogged burst was marked four times in a two-minute storm.)
+	if lvl == Interactive && 2*w.ahead >= c.cfg.QueueLength && f.inflight >= l.seats && c.active > 1 {
+		// Holding every seat beside another active realm, with its queue
+		// half full ahead: marked, as a refusal with work ahead would mark
+		// it, this unit with it. (Not a flow that holds fewer, or queues
+		// less: a quiet realm queued four deep behind sixteen arriving
+		// storms, holding none, was marked and then refused at every
+		// request; one holding three of four seats beside a backlogged
+		// burst was marked four times in a two-minute storm.)
 		c.mark(f, reasonDeepQueue, now)
 		w.cls = backloggedWork
 	}

@@ -911,15 +911,15 @@ func TestARealmBackFromIdleGoesBeforeTheStormsQueue(t *testing.T) {
 	require.Equal(t, 0, c.InUse(Interactive))
 }
 
-// A realm found holding every seat beside another active realm, with as many
-// of its own units queued, is marked without a refusal: its next units are backlogged, held to
+// A realm found holding every seat beside another active realm, with its
+// queue half full, is marked without a refusal: its next units are backlogged, held to
 // BackloggedSeats while another realm is active. Sixty readers of one realm,
 // each read well within the wait bound, were never refused and so never
 // marked; as deep work they took every free seat, and the quiet realm beside
 // them measured x3.4 its baseline p99.
 func TestAQueueDeeperThanTheSeatsMarksItsRealm(t *testing.T) {
 	t.Parallel()
-	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats, cfg.QueueLength = 2, 1, 8 })
+	c, _, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats, cfg.QueueLength = 2, 1, 4 })
 	measure(t, c, "victim", "storm")
 	s1, s2 := now(t, c, "storm"), now(t, c, "storm") // every seat
 	out := make(chan grant, 8)
@@ -927,7 +927,7 @@ func TestAQueueDeeperThanTheSeatsMarksItsRealm(t *testing.T) {
 		ask(c, "storm", Interactive, out)
 		awaitQueued(t, c, "storm", Interactive, i+1)
 	}
-	require.True(t, c.isBacklogged("storm"), "every seat held, two queued ahead of the third: marked")
+	require.True(t, c.isBacklogged("storm"), "every seat held, two of four queued ahead of the third: marked")
 
 	s1()
 	g := next(t, out) // the storm's deep units, queued before the mark
