@@ -269,7 +269,8 @@ func (f *flow) ready(now time.Time) bool {
 func (f *flow) finish(l *level) float64 { return max(f.vt, l.vnow) + f.estimate }
 
 // marked says whether f was marked within SparseAfterRefusal: refused with
-// backlogged work of its own queued ahead, or queued deeper than the seats.
+// backlogged work of its own queued ahead, or found holding every seat with
+// its queue half full.
 func (c *Controller) marked(f *flow, now time.Time) bool {
 	return !f.backedAt.IsZero() && now.Sub(f.backedAt) < c.cfg.SparseAfterRefusal
 }

@@ -261,14 +261,8 @@ func (p readParams) query(realm, tableID uuid.UUID, t *Table, limit int) (*readQ
 		}
 	}
 	if len(p.fields) > 0 {
-		if q.project, q.projectLinks, err = parseProjection(t, p.fields); err != nil {
+		if q.project, q.drop, q.projectLinks, err = parseProjection(t, p.fields); err != nil {
 			return nil, err
-		}
-		q.drop = []string{}
-		for _, f := range t.Fields {
-			if id := f.ID.String(); !slices.Contains(q.project, id) {
-				q.drop = append(q.drop, id)
-			}
 		}
 	}
 	return q, nil

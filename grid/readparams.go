@@ -307,7 +307,7 @@ type readParams struct {
 	filters []string
 	q       string
 	cursor  *cursor
-	fields  []string // the fields= projection: field ids, in the order given
+	fields  []string // the fields= projection: field ids or names, as given
 }
 
 // parseReadParams reads a read's parameters; page is whether it reads a page,
@@ -324,7 +324,7 @@ func parseReadParams(c echo.Context, page bool) (readParams, error) {
 	if s := qp.Get("fields"); page && s != "" {
 		p.fields = strings.Split(s, ",")
 		if len(p.fields) > maxProjected {
-			return p, badRequest("fields", "fields names at most %d fields", maxProjected)
+			return p, badRequest("fields", "fields= names at most %d fields", maxProjected)
 		}
 	}
 	if s := qp.Get("cursor"); page && s != "" {
@@ -348,17 +348,17 @@ const maxProjected = 500
 
 // parseProjection checks a fields= projection against t: each a field of
 // t by id or name (as sort= names them), none twice. It returns their ids,
-// and the ids of the link fields among them.
-func parseProjection(t *Table, refs []string) (keep []string, links []uuid.UUID, err error) {
+// the ids of t's other fields, and the ids of the link fields it keeps.
+func parseProjection(t *Table, refs []string) (keep, drop []string, links []uuid.UUID, err error) {
 	seen := make(map[uuid.UUID]bool, len(refs))
 	for _, ref := range refs {
 		ref = strings.TrimSpace(ref)
 		f := lookupField(t, ref)
 		if f == nil {
-			return nil, nil, badRequest("fields", "fields: no field %q in this table", truncate(ref))
+			return nil, nil, nil, badRequest("fields", "fields: no field %q in this table", truncate(ref))
 		}
 		if seen[f.ID] {
-			return nil, nil, badRequest("fields", "fields: field %q is listed twice", truncate(ref))
+			return nil, nil, nil, badRequest("fields", "fields: field %q is listed twice", truncate(ref))
 		}
 		seen[f.ID] = true
 		keep = append(keep, f.ID.String())
@@ -366,7 +366,13 @@ func parseProjection(t *Table, refs []string) (keep []string, links []uuid.UUID,
 			links = append(links, f.ID)
 		}
 	}
-	return keep, links, nil
+	drop = make([]string, 0, len(t.Fields)-len(keep))
+	for _, f := range t.Fields {
+		if !seen[f.ID] {
+			drop = append(drop, f.ID.String())
+		}
+	}
+	return keep, drop, links, nil
 }
 
 func parseLimit(s string) (int, error) {
