@@ -303,7 +303,12 @@ func TestShutdownCancelsAfterTheDrain(t *testing.T) {
 	}
 	_, err := pw.Write(csv.Bytes()) // two batches of 1,000 are written; 500 rows wait for the rest
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond)
+	// Until both batches are in: a fixed 300 ms was not always enough on a
+	// loaded machine under -race (the import had written nothing yet).
+	require.Eventually(t, func() bool {
+		var n int
+		return s.pool.QueryRow(context.Background(), `SELECT count(*) FROM rows`).Scan(&n) == nil && n >= 2000
+	}, 10*time.Second, 20*time.Millisecond, "the import's first two batches were not written")
 
 	start := time.Now()
 	s.stop()
