@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/appdor/appdor/test/testenv"
@@ -377,4 +380,38 @@ func TestFieldsProjection(t *testing.T) {
 	// A field added after a projected read was remembered is found.
 	added := f.ok(http.StatusCreated, "POST", "/api/v1/tables/"+tb.ID+"/fields", field("Later", "text"))["id"].(string)
 	onlyKeys(f.read(base+"&fields="+title+","+added), title, added)
+}
+
+// ids= reads just the rows named, in the page's order, whatever the limit:
+// what a grid told of changed rows refetches in one request.
+func TestReadByIDs(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tb := f.table("Tasks", field("Title", "text"))
+	rows := make([]map[string]any, 30)
+	for i := range rows {
+		rows[i] = map[string]any{"Title": fmt.Sprintf("t%02d", i)}
+	}
+	ids := f.insert(tb, rows)
+	other := f.insert(f.table("Other", field("Title", "text")), []map[string]any{{"Title": "elsewhere"}})
+	base := "/api/v1/tables/" + tb.ID + "/rows"
+
+	want := []string{ids[3], ids[17], ids[29]}
+	gone := uuid.NewString()
+	p := f.read(base + "?limit=1&ids=" + ids[29] + "," + gone + "," + ids[3] + "," + other[0] + "," + ids[17])
+	got := make([]string, len(p.Rows))
+	for i, r := range p.Rows {
+		got[i] = r.ID
+	}
+	slices.Sort(want)
+	require.Equal(t, want, got, "the rows named, in id order; an unknown id and another table's row are left out")
+	require.Nil(t, p.NextCursor, "an ids= read is one page")
+	require.Equal(t, "t03", p.Rows[slices.Index(got, ids[3])].Cells[tb.Fields["Title"]])
+
+	many := strings.Repeat(ids[0]+",", 100) + ids[1]
+	for _, bad := range []string{"nope", ids[0] + ",x", many, ids[0] + "&cursor=abc"} {
+		res := f.do("GET", base+"?ids="+bad, nil)
+		require.Equal(t, http.StatusBadRequest, res.Status, "ids=%q: %s", bad, res.Body)
+		require.Contains(t, string(res.Body), `"parameter":"ids"`, string(res.Body))
+	}
 }

@@ -41,6 +41,9 @@ func (h *Handler) listRows(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(p.ids) > 0 {
+		limit = len(p.ids) // every row named, and no next page
+	}
 	pg := newPage(limit)
 	defer pg.release()
 	if err := h.readPage(c, tableID, p, limit, pg); err != nil {
@@ -232,12 +235,13 @@ type readQuery struct {
 	// projectLinks the link fields among the projected.
 	project, drop []string
 	projectLinks  []uuid.UUID
+	ids           []uuid.UUID // ids=: only these rows
 }
 
 // query checks the parameters against t's fields; t is nil for a read
 // that needs none (needsFields).
 func (p readParams) query(realm, tableID uuid.UUID, t *Table, limit int) (*readQuery, error) {
-	q := &readQuery{realm: realm, table: tableID, q: p.q, after: p.cursor, limit: limit, fields: t != nil}
+	q := &readQuery{realm: realm, table: tableID, q: p.q, after: p.cursor, limit: limit, fields: t != nil, ids: p.ids}
 	if t == nil {
 		if p.cursor != nil && (p.cursor.Sort != "" || len(p.cursor.Values) > 0) {
 			return nil, errCursor()
@@ -279,7 +283,7 @@ func (p readParams) query(realm, tableID uuid.UUID, t *Table, limit int) (*readQ
 // order is the sort keys', empty cells last, then the row id; a cursor
 // keeps the rows that come after its row in that order.
 func (q *readQuery) pageSQL() (string, []any) {
-	plain := len(q.keys) == 0 && len(q.filters) == 0 && q.project == nil
+	plain := len(q.keys) == 0 && len(q.filters) == 0 && q.project == nil && q.ids == nil
 	var shape uint8
 	if plain {
 		shape = boolBit(q.q != "", 1) | boolBit(q.after != nil, 2) | boolBit(q.fields, 4)
@@ -430,6 +434,9 @@ func (q *readQuery) conditions(b *sqlBuilder) []string {
 	if q.q != "" {
 		conds = append(conds, "r.search @@ websearch_to_tsquery('simple', "+b.named("q")+"::text)")
 	}
+	if q.ids != nil {
+		conds = append(conds, "r.id = ANY("+b.named("ids")+"::uuid[])")
+	}
 	return conds
 }
 
@@ -447,6 +454,8 @@ func (q *readQuery) param(name string) any {
 		return pgUUID(q.after.After)
 	case "limit":
 		return q.limit + 1
+	case "ids":
+		return q.ids
 	}
 	panic("grid: a read has no parameter " + name)
 }

@@ -308,7 +308,11 @@ type readParams struct {
 	q       string
 	cursor  *cursor
 	fields  []string // the fields= projection: field ids or names, as given
+	ids     []uuid.UUID // ids=: just these rows, for a client refreshing the ones it was told changed
 }
+
+// maxIDs bounds an ids= read, as a page's limit does.
+const maxIDs = 100
 
 // parseReadParams reads a read's parameters; page is whether it reads a page,
 // which takes cursor= and fields= (a count takes neither).
@@ -325,6 +329,23 @@ func parseReadParams(c echo.Context, page bool) (readParams, error) {
 		p.fields = strings.Split(s, ",")
 		if len(p.fields) > maxProjected {
 			return p, badRequest("fields", "fields= names at most %d fields", maxProjected)
+		}
+	}
+	if s := qp.Get("ids"); page && s != "" {
+		parts := strings.Split(s, ",")
+		if len(parts) > maxIDs {
+			return p, badRequest("ids", "ids= names at most %d rows", maxIDs)
+		}
+		p.ids = make([]uuid.UUID, len(parts))
+		for i, part := range parts {
+			id, err := uuid.Parse(strings.TrimSpace(part))
+			if err != nil {
+				return p, badRequest("ids", "ids= holds row ids separated by commas; %q is not one", truncate(part))
+			}
+			p.ids[i] = id
+		}
+		if qp.Get("cursor") != "" {
+			return p, badRequest("ids", "an ids= read is one page; it takes no cursor")
 		}
 	}
 	if s := qp.Get("cursor"); page && s != "" {
