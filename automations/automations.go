@@ -179,6 +179,10 @@ type Gate interface {
 // Service is the automations of one Appdor process: the API handlers, the
 // write hook (grid.Events) and, once started, the workers.
 type Service struct {
+	// Live, when set, hears of the rows automations' actions wrote, once
+	// their transaction has committed.
+	Live grid.Live
+
 	cfg     Config
 	log     *slog.Logger
 	db      *rls.DB // the API's: handlers

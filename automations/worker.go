@@ -28,6 +28,15 @@ type event struct {
 	hop       int
 	attempts  int
 	createdAt time.Time
+	// written is what the evaluation's actions wrote, for Service.Live
+	// once it has committed.
+	written []tableWrite
+}
+
+// tableWrite is one action's write batch of one table.
+type tableWrite struct {
+	table  uuid.UUID
+	change grid.Change
 }
 
 // errLost: the event's lease ran out and another claim took it; this
@@ -88,9 +97,15 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 	defer release()
 	var deliveries int
 	err = s.wdb.Tx(ctx, e.realm, func(tx pgx.Tx) (err error) {
+		e.written = e.written[:0] // a retried transaction starts over
 		deliveries, err = s.evaluate(ctx, tx, &e)
 		return err
 	})
+	if err == nil && s.Live != nil {
+		for _, w := range e.written {
+			s.Live.TableChanged(e.realm, w.table, w.change)
+		}
+	}
 	switch {
 	case errors.Is(err, errLost), ctx.Err() != nil:
 	case err != nil:
@@ -219,9 +234,11 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 		if err != nil {
 			return 0, err
 		}
+		kept := len(e.written)
 		n, actErr = s.act(ctx, sp, e, t, a, runID, rows)
 		if actErr != nil {
 			_ = sp.Rollback(ctx)
+			e.written = e.written[:kept]
 			if !refusal(actErr) {
 				return 0, actErr
 			}
@@ -378,6 +395,7 @@ func (s *Service) chain(ctx context.Context, tx pgx.Tx, e *event, a *Automation,
 		refs[i] = grid.RowRef{ID: w.ID, Version: w.Version}
 	}
 	change := grid.Change{Event: kind, Rows: refs, Fields: fields}
+	e.written = append(e.written, tableWrite{table, change})
 	match, err := s.triggers.matches(ctx, tx, e.realm, table, change)
 	if err != nil || !match {
 		return err

@@ -41,16 +41,42 @@ type Events interface {
 	RowsChanged(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID, change Change) error
 }
 
-// rowsChanged tells h.Events of a write batch, when there is one to tell.
+// EventFieldsChanged is a Change of a table's fields: one created, changed
+// or deleted. It names no row.
+const EventFieldsChanged = "fields.changed"
+
+// Live hears of every committed change of a table, after its commit, to
+// tell the clients watching it. It must not block.
+type Live interface {
+	TableChanged(realm, table uuid.UUID, change Change)
+}
+
+// rowsChanged tells h.Events of a write batch, when there is one to tell,
+// and h.Live once it has committed.
 func (h *Handler) rowsChanged(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID, event string, rows []Row, fields []string) error {
-	if h.Events == nil || len(rows) == 0 {
+	if h.Events == nil && h.Live == nil || len(rows) == 0 {
 		return nil
 	}
 	refs := make([]RowRef, len(rows))
 	for i, r := range rows {
 		refs[i] = RowRef{ID: r.ID, Version: r.Version}
 	}
-	return h.Events.RowsChanged(ctx, tx, realm, table, Change{Event: event, Rows: refs, Fields: fields})
+	change := Change{Event: event, Rows: refs, Fields: fields}
+	if h.Live != nil {
+		AfterCommit(ctx, func() { h.Live.TableChanged(realm, table, change) })
+	}
+	if h.Events == nil {
+		return nil
+	}
+	return h.Events.RowsChanged(ctx, tx, realm, table, change)
+}
+
+// fieldsChanged tells h.Live that a table's fields changed; its caller has
+// committed.
+func (h *Handler) fieldsChanged(realm, table uuid.UUID) {
+	if h.Live != nil {
+		h.Live.TableChanged(realm, table, Change{Event: EventFieldsChanged})
+	}
 }
 
 // patchedFields lists, once each, the field ids a batch of patches sets.

@@ -457,6 +457,7 @@ func (h *Handler) createField(c echo.Context) error {
 		return err
 	}
 	h.schemas.drop(realm, tableID)
+	h.fieldsChanged(realm, tableID)
 	return c.JSON(http.StatusCreated, out)
 }
 
@@ -523,6 +524,7 @@ func (h *Handler) updateField(c echo.Context) error {
 		return err
 	}
 	h.schemas.drop(realm, tableID)
+	h.fieldsChanged(realm, tableID)
 	return c.JSON(http.StatusOK, out)
 }
 
@@ -560,5 +562,6 @@ func (h *Handler) deleteField(c echo.Context) error {
 		return err
 	}
 	h.schemas.drop(realm, tableID)
+	h.fieldsChanged(realm, tableID)
 	return c.NoContent(http.StatusNoContent)
 }

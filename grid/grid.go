@@ -42,6 +42,9 @@ type Handler struct {
 	// Events, when set, hears of every row write batch (API writes and each
 	// CSV import batch) inside its transaction; automations enqueue there.
 	Events Events
+	// Live, when set, hears of every committed row write batch and field
+	// change, for the clients watching the table.
+	Live Live
 
 	schemas schemaCache
 }

@@ -206,6 +206,13 @@ func (h *Handler) withQuery(c echo.Context, tableID uuid.UUID, p readParams, lim
 }
 
 // loadTableForRead reads a table's definition in its own round trip.
+// CheckTable returns a not_found error unless the request's realm has the
+// table; RLS decides.
+func (h *Handler) CheckTable(c echo.Context, id uuid.UUID) error {
+	_, err := h.loadTableForRead(c, id)
+	return err
+}
+
 func (h *Handler) loadTableForRead(c echo.Context, tableID uuid.UUID) (*Table, error) {
 	var t *Table
 	err := h.db.Query(c.Request().Context(), RealmOf(c), func(rows pgx.Rows) (err error) {

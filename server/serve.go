@@ -77,6 +77,9 @@ func (a *App) countInFlight(next http.Handler) http.Handler {
 // left to use it.
 func (a *App) shutdown(srv *http.Server, cancelRequests context.CancelFunc) error {
 	a.draining.Store(true)
+	if a.live != nil {
+		a.live.EndStreams() // now, rather than hold the drain: their clients reconnect elsewhere
+	}
 	drain := durationOr(a.cfg.ShutdownDrain, DefaultShutdownDrain)
 	a.log.Info("shutting down: draining", slog.Duration("shutdown_drain", drain), slog.Int64("in_flight", a.inFlight.Load()))
 	ctx, cancel := context.WithTimeout(context.Background(), drain)

@@ -28,6 +28,7 @@ import (
 	"github.com/appdor/appdor/fairness"
 	"github.com/appdor/appdor/grid"
 	"github.com/appdor/appdor/limiter"
+	"github.com/appdor/appdor/live"
 	"github.com/appdor/appdor/migrations"
 	"github.com/appdor/appdor/rls"
 	"github.com/appdor/appdor/tenancy"
@@ -99,6 +100,9 @@ type Config struct {
 	// Automations sizes the automation workers and webhook delivery; the
 	// zero value takes automations' defaults.
 	Automations automations.Config
+	// Live caps and times the live event streams; the zero value takes
+	// live's defaults.
+	Live live.Config
 }
 
 // ConnectError says which backing service could not be reached, with its URL
@@ -145,6 +149,7 @@ type App struct {
 	routePaths  map[string]bool // the route labels of the request histogram
 
 	automations *automations.Service
+	live        *live.Hub
 	autoPool    *pgxpool.Pool // the automation workers' own
 
 	// unavailable rate-limits the log line of 503s (pool acquire or
@@ -227,6 +232,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := a.startAutomations(ctx); err != nil {
 		return nil, err
 	}
+	a.startLive(ctx)
 	ok = true
 	return a, nil
 }
@@ -357,7 +363,10 @@ func (a *App) routes() {
 		gh.Gate = backgroundGate{a.fair} // CSV imports run as background work
 	}
 	gh.Events = a.automationService() // row writes record automation events
+	gh.Live = a.liveHub()             // and tell the clients watching their table once committed
+	a.automationService().Live = a.liveHub()
 	gh.Routes(api)
+	a.liveHub().Routes(api, gh.CheckTable)
 	a.automationService().Routes(api)
 	a.tenancy.TokenRoutes(api)
 
@@ -404,6 +413,7 @@ func (a *App) ServeListener(ctx context.Context, ln net.Listener) error {
 
 // Close releases the connections.
 func (a *App) Close() {
+	a.stopLive()
 	a.stopAutomations()
 	a.stopLimiter()
 	if a.redis != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/appdor/appdor/automations"
 	"github.com/appdor/appdor/fairness"
+	"github.com/appdor/appdor/live"
 	"github.com/appdor/appdor/server"
 )
 
@@ -92,6 +93,14 @@ var (
 	sWebhookTime  = setting{"webhook-timeout", "APPDOR_WEBHOOK_TIMEOUT", "15s", "longest a webhook receiver may take to answer"}
 	sWebhookPriv  = setting{"webhook-allow-private", "APPDOR_WEBHOOK_ALLOW_PRIVATE", "off", "let webhooks reach loopback, private, link-local, CGNAT and metadata addresses (the SSRF guard refuses them when off)"}
 	sWebhookCIDRs = setting{"webhook-allow-cidrs", "APPDOR_WEBHOOK_ALLOW_CIDRS", "", "comma-separated CIDR ranges webhooks may reach although they are not public, e.g. 10.1.2.0/24"}
+
+	// Live event streams (GET /tables/{table}/events). Past a cap, a new
+	// stream is refused: 429 concurrency_limited, reason live_streams.
+	sLiveStreams      = setting{"live-streams", "APPDOR_LIVE_STREAMS", "10000", "live event streams this process holds open at most (each a connection and a goroutine, no database connection)"}
+	sLiveStreamsRealm = setting{"live-streams-per-realm", "APPDOR_LIVE_STREAMS_PER_REALM", "500", "live event streams one realm may hold open on this process"}
+	sLiveStreamsUser  = setting{"live-streams-per-user", "APPDOR_LIVE_STREAMS_PER_USER", "20", "live event streams one user (or one API token) may hold open on this process: a person's tabs"}
+	sLiveIdleTimeout  = setting{"live-idle-timeout", "APPDOR_LIVE_IDLE_TIMEOUT", "5m", "a live stream with nothing to send this long ends; its client reconnects, and is authenticated again"}
+	sLiveWriteTimeout = setting{"live-write-timeout", "APPDOR_LIVE_WRITE_TIMEOUT", "10s", "a live stream whose client takes no data this long is dropped (it resumes or resyncs when it reconnects)"}
 )
 
 // secrets are the settings whose variable must not show as the flag's
@@ -107,7 +116,8 @@ var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBo
 	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sLoginAddress, sLoginAccount, sTrustedProxies, sHSTS,
 	sMetricsListen, sMetricsToken, sMetricsRealmIdle,
 	sReadHeaderTimeout, sReadTimeout, sWriteTimeout, sIdleTimeout, sStreamTimeout, sShutdownDrain,
-	sAutoWorkers, sAutoPool, sAutoBacklog, sAutoMaxHops, sWebhookTime, sWebhookPriv, sWebhookCIDRs}
+	sAutoWorkers, sAutoPool, sAutoBacklog, sAutoMaxHops, sWebhookTime, sWebhookPriv, sWebhookCIDRs,
+	sLiveStreams, sLiveStreamsRealm, sLiveStreamsUser, sLiveIdleTimeout, sLiveWriteTimeout}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -208,7 +218,33 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	if cfg.Automations, err = automationsConfig(cmd); err != nil {
 		return cfg, err
 	}
+	if cfg.Live, err = liveConfig(cmd); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// liveConfig reads the live event streams' caps and time bounds.
+func liveConfig(cmd *cobra.Command) (live.Config, error) {
+	var lc live.Config
+	for _, c := range []struct {
+		s   setting
+		dst *int
+	}{{sLiveStreams, &lc.MaxStreams}, {sLiveStreamsRealm, &lc.MaxStreamsPerRealm}, {sLiveStreamsUser, &lc.MaxStreamsPerUser}} {
+		n, err := strconv.Atoi(str(cmd, c.s))
+		if err != nil || n < 1 || n > 1_000_000 {
+			return lc, configError(c.s, "%q is not a number from 1 to 1000000", str(cmd, c.s))
+		}
+		*c.dst = n
+	}
+	var err error
+	if lc.IdleTimeout, err = duration(cmd, sLiveIdleTimeout); err != nil {
+		return lc, err
+	}
+	if lc.WriteTimeout, err = duration(cmd, sLiveWriteTimeout); err != nil {
+		return lc, err
+	}
+	return lc, nil
 }
 
 // timeoutConfig reads the HTTP server's time bounds and the shutdown's drain.
