@@ -307,7 +307,7 @@ type readParams struct {
 	filters []string
 	q       string
 	cursor  *cursor
-	fields  []string // the fields= projection: field ids or names, as given
+	fields  []string    // the fields= projection: field ids or names, as given
 	ids     []uuid.UUID // ids=: just these rows, for a client refreshing the ones it was told changed
 }
 

@@ -136,8 +136,8 @@ type Hub struct {
 	byRealm  map[uuid.UUID]int
 	byUser   map[uuid.UUID]int
 	total    int
-	recent   []received // a ring of the last recentEvents events
-	next     int        // where the ring writes next
+	recent   []received    // a ring of the last recentEvents events
+	next     int           // where the ring writes next
 	closed   chan struct{} // closed by EndStreams: every stream ends, and no new one opens
 	end      sync.Once
 	stop     context.CancelFunc
