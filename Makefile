@@ -11,7 +11,7 @@ APPDOR_TEST_DATABASE_URL ?= postgres://127.0.0.1:5432/postgres?sslmode=disable
 APPDOR_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 export APPDOR_TEST_DATABASE_URL APPDOR_TEST_REDIS_URL
 
-RACE_PACKAGES := $(foreach d,limiter fairness server automations,$(if $(wildcard $(d)/*.go),./$(d)/...))
+RACE_PACKAGES := $(foreach d,limiter fairness server automations live,$(if $(wildcard $(d)/*.go),./$(d)/...))
 
 .PHONY: build test test-go test-fairness vet
 

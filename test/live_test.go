@@ -236,4 +236,18 @@ func TestLiveResumeAndCaps(t *testing.T) {
 		require.Equal(t, "resync", ev.Event)
 		require.Equal(t, "bulk", ev.Data["reason"])
 	}
+
+	// The shutdown ends every stream at its start, rather than let them hold
+	// the drain, and opens no new one.
+	app.Live().EndStreams()
+	for _, st := range []*sse{back, again} {
+		select {
+		case _, open := <-st.events:
+			require.False(t, open, "the stream ended")
+		case <-time.After(5 * time.Second):
+			t.Fatal("the stream outlived EndStreams")
+		}
+	}
+	_, res = openStream(t, app, a.Token, s.TableID, "")
+	require.Equal(t, http.StatusServiceUnavailable, res.Status, string(res.Body))
 }

@@ -1,0 +1,168 @@
+package live
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/appdor/appdor/grid"
+)
+
+func rowsOf(t *testing.T, m message) (created, updated, deleted []uuid.UUID) {
+	t.Helper()
+	var d struct{ Created, Updated, Deleted []uuid.UUID }
+	require.NoError(t, json.Unmarshal(m.data, &d))
+	for _, s := range [][]uuid.UUID{d.Created, d.Updated, d.Deleted} {
+		slices.SortFunc(s, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	}
+	return d.Created, d.Updated, d.Deleted
+}
+
+// What arrives between two messages is one message: a row made and then
+// changed is made, a row deleted is only deleted, and the newest event's id
+// is the message's.
+func TestAStreamCoalesces(t *testing.T) {
+	realm, table := uuid.New(), uuid.New()
+	s := newStream(realm, table, uuid.New(), 10)
+	_, ok := s.take()
+	require.False(t, ok, "nothing arrived: nothing to send")
+
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+	s.add(Event{ID: "r-1", Kind: grid.EventRowCreated, Rows: []uuid.UUID{a}, At: 10})
+	s.add(Event{ID: "r-2", Kind: grid.EventRowUpdated, Rows: []uuid.UUID{a, b}, At: 20})
+	s.add(Event{ID: "r-3", Kind: grid.EventRowUpdated, Rows: []uuid.UUID{c}, At: 30})
+	s.add(Event{ID: "r-4", Kind: grid.EventRowDeleted, Rows: []uuid.UUID{c}, At: 40})
+	m, ok := s.take()
+	require.True(t, ok)
+	require.Equal(t, "rows", m.event)
+	require.Equal(t, "r-4", m.id)
+	require.Equal(t, int64(10), m.oldest, "the latency counts from the oldest event waiting")
+	require.Equal(t, 4, m.pending)
+	created, updated, deleted := rowsOf(t, m)
+	require.Equal(t, []uuid.UUID{a}, created)
+	require.Equal(t, []uuid.UUID{b}, updated)
+	require.Equal(t, []uuid.UUID{c}, deleted)
+	_, ok = s.take()
+	require.False(t, ok, "taken: empty again")
+}
+
+// More rows waiting than the bound, a change of the fields, or a bulk event
+// becomes a resync, which forgets the rows: the client reloads anyway.
+func TestAStreamTurnsFloodsIntoAResync(t *testing.T) {
+	s := newStream(uuid.New(), uuid.New(), uuid.New(), 3)
+	for i := range 4 {
+		s.add(Event{ID: "r-" + strconv.Itoa(i), Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
+	}
+	m, _ := s.take()
+	require.Equal(t, "resync", m.event)
+	require.JSONEq(t, `{"table":"`+s.table.String()+`","reason":"bulk"}`, string(m.data))
+	require.Equal(t, "r-3", m.id)
+
+	s.add(Event{ID: "f", Kind: grid.EventFieldsChanged})
+	s.add(Event{ID: "r", Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
+	m, _ = s.take()
+	require.Equal(t, "resync", m.event)
+	require.Contains(t, string(m.data), `"reason":"fields"`)
+
+	s.add(Event{ID: "b", Kind: kindResync})
+	m, _ = s.take()
+	require.Equal(t, "resync", m.event)
+	require.Contains(t, string(m.data), `"reason":"bulk"`)
+}
+
+// A resume finds the events of its table after the id it names, oldest
+// first, even once the ring has wrapped; an id no longer remembered is not
+// found.
+func TestResumeReplaysFromTheRing(t *testing.T) {
+	h := New(nil, Config{}, nil)
+	realm, table, other := uuid.New(), uuid.New(), uuid.New()
+	for i := range recentEvents + 10 {
+		tb := table
+		if i%2 == 1 {
+			tb = other
+		}
+		h.deliver(Event{ID: strconv.Itoa(i), Realm: realm, Table: tb, Kind: grid.EventRowUpdated})
+	}
+	evs, ok := h.since(realm, table, strconv.Itoa(recentEvents))
+	require.True(t, ok)
+	require.Len(t, evs, 4, "the events of its table after it")
+	require.Equal(t, strconv.Itoa(recentEvents+2), evs[0].ID)
+	require.Equal(t, strconv.Itoa(recentEvents+8), evs[3].ID)
+	_, ok = h.since(realm, table, "4") // overwritten
+	require.False(t, ok)
+	_, ok = h.since(uuid.New(), table, strconv.Itoa(recentEvents))
+	require.True(t, ok)
+	evs, _ = h.since(uuid.New(), table, strconv.Itoa(recentEvents))
+	require.Empty(t, evs, "another realm's events are never replayed")
+}
+
+// Caps count per replica, realm and user, and a closed stream frees its
+// place; events reach only the streams of their table and realm.
+func TestCapsAndDelivery(t *testing.T) {
+	h := New(nil, Config{MaxStreams: 3, MaxStreamsPerRealm: 2, MaxStreamsPerUser: 1}, nil)
+	r1, r2, table := uuid.New(), uuid.New(), uuid.New()
+	u1, u2, u3 := uuid.New(), uuid.New(), uuid.New()
+	a := newStream(r1, table, u1, 10)
+	require.Empty(t, h.open(a))
+	require.Equal(t, limitUser, h.open(newStream(r1, table, u1, 10)))
+	b := newStream(r1, table, u2, 10)
+	require.Empty(t, h.open(b))
+	require.Equal(t, limitRealm, h.open(newStream(r1, table, u3, 10)))
+	c := newStream(r2, table, u3, 10) // a forged table id of another realm
+	require.Empty(t, h.open(c))
+	require.Equal(t, limitReplica, h.open(newStream(r2, uuid.New(), uuid.New(), 10)))
+
+	h.deliver(Event{ID: "x", Realm: r1, Table: table, Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
+	for _, s := range []*stream{a, b} {
+		_, ok := s.take()
+		require.True(t, ok)
+	}
+	_, ok := c.take()
+	require.False(t, ok, "an event reaches its realm's streams only")
+
+	h.shut(b)
+	require.Empty(t, h.open(newStream(r1, table, u2, 10)))
+	require.Equal(t, 3, h.Streams())
+}
+
+// Writers and a reader at once (for the race detector): nothing is lost
+// between take and add.
+func TestAddAndTakeConcurrently(t *testing.T) {
+	s := newStream(uuid.New(), uuid.New(), uuid.New(), 1_000_000)
+	const writers, each = 4, 500
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				s.add(Event{ID: "x", Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
+			}
+		}()
+	}
+	got := 0
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for {
+		select {
+		case <-s.wake:
+			if m, ok := s.take(); ok {
+				c, _, _ := rowsOf(t, m)
+				got += len(c)
+			}
+			continue
+		case <-done:
+		}
+		break
+	}
+	if m, ok := s.take(); ok {
+		c, _, _ := rowsOf(t, m)
+		got += len(c)
+	}
+	require.Equal(t, writers*each, got)
+}
