@@ -132,7 +132,7 @@ type Hub struct {
 	queue    chan Event
 	mu       sync.Mutex
 	overflow map[[2]uuid.UUID]bool // tables whose events the full queue dropped: a resync is owed
-	streams  map[uuid.UUID]map[*stream]struct{}
+	topics   map[topicKey]*topic
 	byRealm  map[uuid.UUID]int
 	byUser   map[uuid.UUID]int
 	total    int
@@ -151,7 +151,7 @@ func New(client rueidis.Client, cfg Config, reg prometheus.Registerer) *Hub {
 	h := &Hub{
 		cfg: cfg.sized(), redis: client, replica: hex.EncodeToString(b[:]),
 		queue: make(chan Event, publishQueue), overflow: map[[2]uuid.UUID]bool{},
-		streams: map[uuid.UUID]map[*stream]struct{}{}, byRealm: map[uuid.UUID]int{}, byUser: map[uuid.UUID]int{},
+		topics: map[topicKey]*topic{}, byRealm: map[uuid.UUID]int{}, byUser: map[uuid.UUID]int{},
 		closed: make(chan struct{}),
 	}
 	h.m = newMetrics(h, reg)
@@ -324,10 +324,11 @@ func (h *Hub) deliver(ev Event) {
 		h.recent[h.next] = received{ev, now}
 	}
 	h.next = (h.next + 1) % recentEvents
-	for s := range h.streams[ev.Table] {
-		if s.realm == ev.Realm { // a table id is one realm's, but never trust that alone
-			s.add(ev)
-		}
+	// Keyed by realm and table: a table id is one realm's, but never trust
+	// that alone.
+	if t := h.topics[topicKey{ev.Realm, ev.Table}]; t != nil {
+		t.batch.add(ev)
+		h.schedule(t)
 	}
 }
 
@@ -335,10 +336,9 @@ func (h *Hub) deliver(ev Event) {
 func (h *Hub) resyncAll(reason string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, set := range h.streams {
-		for s := range set {
-			s.resync(reason, "")
-		}
+	for _, t := range h.topics {
+		t.batch.owe(reason)
+		h.schedule(t)
 	}
 }
 

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -13,10 +15,22 @@ import (
 	"github.com/appdor/appdor/grid"
 )
 
-func rowsOf(t *testing.T, m message) (created, updated, deleted []uuid.UUID) {
+// dataOf is the data line of a frame.
+func dataOf(t *testing.T, f frame) []byte {
+	t.Helper()
+	for _, line := range strings.Split(string(f.b), "\n") {
+		if d, ok := strings.CutPrefix(line, "data: "); ok {
+			return []byte(d)
+		}
+	}
+	t.Fatalf("no data in %q", f.b)
+	return nil
+}
+
+func rowsOf(t *testing.T, f frame) (created, updated, deleted []uuid.UUID) {
 	t.Helper()
 	var d struct{ Created, Updated, Deleted []uuid.UUID }
-	require.NoError(t, json.Unmarshal(m.data, &d))
+	require.NoError(t, json.Unmarshal(dataOf(t, f), &d))
 	for _, s := range [][]uuid.UUID{d.Created, d.Updated, d.Deleted} {
 		slices.SortFunc(s, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
 	}
@@ -27,8 +41,7 @@ func rowsOf(t *testing.T, m message) (created, updated, deleted []uuid.UUID) {
 // changed is made, a row deleted is only deleted, and the newest event's id
 // is the message's.
 func TestAStreamCoalesces(t *testing.T) {
-	realm, table := uuid.New(), uuid.New()
-	s := newStream(realm, table, uuid.New(), 10)
+	s := newBatch(uuid.New(), 10)
 	_, ok := s.take()
 	require.False(t, ok, "nothing arrived: nothing to send")
 
@@ -41,6 +54,7 @@ func TestAStreamCoalesces(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "rows", m.event)
 	require.Equal(t, "r-4", m.id)
+	require.True(t, strings.HasPrefix(string(m.b), "id: r-4\nevent: rows\ndata: {"), string(m.b))
 	require.Equal(t, int64(10), m.oldest, "the latency counts from the oldest event waiting")
 	require.Equal(t, 4, m.pending)
 	created, updated, deleted := rowsOf(t, m)
@@ -54,25 +68,30 @@ func TestAStreamCoalesces(t *testing.T) {
 // More rows waiting than the bound, a change of the fields, or a bulk event
 // becomes a resync, which forgets the rows: the client reloads anyway.
 func TestAStreamTurnsFloodsIntoAResync(t *testing.T) {
-	s := newStream(uuid.New(), uuid.New(), uuid.New(), 3)
+	s := newBatch(uuid.New(), 3)
 	for i := range 4 {
 		s.add(Event{ID: "r-" + strconv.Itoa(i), Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
 	}
 	m, _ := s.take()
 	require.Equal(t, "resync", m.event)
-	require.JSONEq(t, `{"table":"`+s.table.String()+`","reason":"bulk"}`, string(m.data))
+	require.JSONEq(t, `{"table":"`+s.table.String()+`","reason":"bulk"}`, string(dataOf(t, m)))
 	require.Equal(t, "r-3", m.id)
 
 	s.add(Event{ID: "f", Kind: grid.EventFieldsChanged})
 	s.add(Event{ID: "r", Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
 	m, _ = s.take()
 	require.Equal(t, "resync", m.event)
-	require.Contains(t, string(m.data), `"reason":"fields"`)
+	require.Contains(t, string(m.b), `"reason":"fields"`)
 
 	s.add(Event{ID: "b", Kind: kindResync})
 	m, _ = s.take()
 	require.Equal(t, "resync", m.event)
-	require.Contains(t, string(m.data), `"reason":"bulk"`)
+	require.Contains(t, string(m.b), `"reason":"bulk"`)
+
+	s.owe("gap")
+	m, ok := s.take()
+	require.True(t, ok)
+	require.Contains(t, string(m.b), `"reason":"gap"`)
 }
 
 // A resume finds the events of its table after the id it names, oldest
@@ -102,67 +121,75 @@ func TestResumeReplaysFromTheRing(t *testing.T) {
 }
 
 // Caps count per replica, realm and user, and a closed stream frees its
-// place; events reach only the streams of their table and realm.
+// place; events reach only the streams of their table and realm, encoded
+// once for all of them.
 func TestCapsAndDelivery(t *testing.T) {
 	h := New(nil, Config{MaxStreams: 3, MaxStreamsPerRealm: 2, MaxStreamsPerUser: 1}, nil)
 	r1, r2, table := uuid.New(), uuid.New(), uuid.New()
 	u1, u2, u3 := uuid.New(), uuid.New(), uuid.New()
-	a := newStream(r1, table, u1, 10)
+	a := newStream(r1, table, u1)
 	require.Empty(t, h.open(a))
-	require.Equal(t, limitUser, h.open(newStream(r1, table, u1, 10)))
-	b := newStream(r1, table, u2, 10)
+	require.Equal(t, limitUser, h.open(newStream(r1, table, u1)))
+	b := newStream(r1, table, u2)
 	require.Empty(t, h.open(b))
-	require.Equal(t, limitRealm, h.open(newStream(r1, table, u3, 10)))
-	c := newStream(r2, table, u3, 10) // a forged table id of another realm
+	require.Equal(t, limitRealm, h.open(newStream(r1, table, u3)))
+	c := newStream(r2, table, u3) // a forged table id of another realm
 	require.Empty(t, h.open(c))
-	require.Equal(t, limitReplica, h.open(newStream(r2, uuid.New(), uuid.New(), 10)))
+	require.Equal(t, limitReplica, h.open(newStream(r2, uuid.New(), uuid.New())))
 
 	h.deliver(Event{ID: "x", Realm: r1, Table: table, Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
-	for _, s := range []*stream{a, b} {
-		_, ok := s.take()
-		require.True(t, ok)
-	}
-	_, ok := c.take()
-	require.False(t, ok, "an event reaches its realm's streams only")
+	fa, fb := <-a.out, <-b.out
+	require.Equal(t, "x", fa.id)
+	require.Same(t, &fa.b[0], &fb.b[0], "one encoding for every stream of the table")
+	require.Empty(t, c.out, "an event reaches its realm's streams only")
 
 	h.shut(b)
-	require.Empty(t, h.open(newStream(r1, table, u2, 10)))
+	require.Empty(t, h.open(newStream(r1, table, u2)))
 	require.Equal(t, 3, h.Streams())
 }
 
-// Writers and a reader at once (for the race detector): nothing is lost
-// between take and add.
-func TestAddAndTakeConcurrently(t *testing.T) {
-	s := newStream(uuid.New(), uuid.New(), uuid.New(), 1_000_000)
+// A stream whose client falls behind is marked lagging rather than
+// buffering without bound.
+func TestALaggingStreamIsMarked(t *testing.T) {
+	s := newStream(uuid.New(), uuid.New(), uuid.New())
+	for range streamBuffer {
+		s.send(frame{event: "rows"})
+	}
+	require.False(t, s.lagging.Load())
+	s.send(frame{event: "rows"})
+	require.True(t, s.lagging.Load())
+	require.Len(t, s.out, streamBuffer)
+}
+
+// Writers and a reader at once (for the race detector): what is delivered
+// while messages are sent is all in the messages.
+func TestDeliverConcurrently(t *testing.T) {
+	h := New(nil, Config{Coalesce: time.Millisecond, BulkRows: 1_000_000}, nil)
+	realm, table := uuid.New(), uuid.New()
+	s := newStream(realm, table, uuid.New())
+	require.Empty(t, h.open(s))
 	const writers, each = 4, 500
 	var wg sync.WaitGroup
-	for range writers {
+	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range each {
-				s.add(Event{ID: "x", Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
+			for i := range each {
+				h.deliver(Event{ID: strconv.Itoa(w*each + i), Realm: realm, Table: table, Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
 			}
 		}()
 	}
 	got := 0
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	for {
+	deadline := time.After(10 * time.Second)
+	for got < writers*each {
 		select {
-		case <-s.wake:
-			if m, ok := s.take(); ok {
-				c, _, _ := rowsOf(t, m)
-				got += len(c)
-			}
-			continue
-		case <-done:
+		case f := <-s.out:
+			c, _, _ := rowsOf(t, f)
+			got += len(c)
+		case <-deadline:
+			t.Fatalf("%d of %d rows told", got, writers*each)
 		}
-		break
 	}
-	if m, ok := s.take(); ok {
-		c, _, _ := rowsOf(t, m)
-		got += len(c)
-	}
-	require.Equal(t, writers*each, got)
+	wg.Wait()
+	require.False(t, s.lagging.Load())
 }

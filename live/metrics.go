@@ -14,6 +14,7 @@ type metrics struct {
 	publishFailed  prometheus.Counter
 	publishDropped prometheus.Counter
 	coalesced      prometheus.Counter
+	lagged         prometheus.Counter
 	latency        prometheus.Histogram
 }
 
@@ -36,13 +37,15 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 			Help: "Change events dropped because the publishing queue was full; their tables' watchers are sent a resync."}),
 		coalesced: prometheus.NewCounter(prometheus.CounterOpts{Name: "appdor_live_events_coalesced_total",
 			Help: "Events delivered inside a message that carried another."}),
+		lagged: prometheus.NewCounter(prometheus.CounterOpts{Name: "appdor_live_streams_lagged_total",
+			Help: "Times a stream's client fell so far behind that its waiting messages were replaced by a resync."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "appdor_live_delivery_seconds",
 			Help:    "From an event's publishing to the write of the message carrying it (the oldest, when several).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .15, .25, .5, 1, 2.5, 5}}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.streams, m.refused, m.ended, m.delivered, m.published, m.publishFailed, m.publishDropped,
-			m.coalesced, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appdor_live_streams_total",
+			m.coalesced, m.lagged, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appdor_live_streams_total",
 				Help: "Live event streams open on this replica."}, func() float64 { return float64(h.Streams()) }))
 	}
 	return m

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,131 +17,122 @@ import (
 	"github.com/appdor/appdor/tenancy"
 )
 
-// stream is one client's subscription to one table: what it has not been
-// sent yet, coalesced.
-type stream struct {
-	realm, table, user uuid.UUID
-	wake               chan struct{} // has room for one: "something to send"
-
-	mu                        sync.Mutex
+// batch is what a table's watchers have not been sent yet, coalesced.
+type batch struct {
+	table                     uuid.UUID
+	bulk                      int
 	created, updated, deleted map[uuid.UUID]struct{}
 	resyncWhy                 string // a resync is owed, for this reason
 	lastID                    string // the id of the newest event taken in
 	oldest                    int64  // publish time of the oldest event waiting, Unix µs
 	pending                   int    // events taken in since the last message
-	bulk                      int
 }
 
-func newStream(realm, table, user uuid.UUID, bulk int) *stream {
-	return &stream{realm: realm, table: table, user: user, bulk: bulk, wake: make(chan struct{}, 1),
+func newBatch(table uuid.UUID, bulk int) *batch {
+	return &batch{table: table, bulk: bulk,
 		created: map[uuid.UUID]struct{}{}, updated: map[uuid.UUID]struct{}{}, deleted: map[uuid.UUID]struct{}{}}
-}
-
-func (s *stream) poke() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
 }
 
 // add takes ev in: its rows join the sets waiting (a deleted row leaves the
 // others), and more rows than bulk, or a change of the fields, become a
 // resync.
-func (s *stream) add(ev Event) {
-	s.mu.Lock()
-	if s.pending == 0 {
-		s.oldest = ev.At
+func (b *batch) add(ev Event) {
+	if b.pending == 0 {
+		b.oldest = ev.At
 	}
-	s.pending++
-	s.lastID = ev.ID
+	b.pending++
+	b.lastID = ev.ID
 	switch ev.Kind {
 	case grid.EventRowCreated:
 		for _, id := range ev.Rows {
-			s.created[id] = struct{}{}
+			b.created[id] = struct{}{}
 		}
 	case grid.EventRowUpdated:
 		for _, id := range ev.Rows {
-			if _, made := s.created[id]; !made {
-				s.updated[id] = struct{}{}
+			if _, made := b.created[id]; !made {
+				b.updated[id] = struct{}{}
 			}
 		}
 	case grid.EventRowDeleted:
 		for _, id := range ev.Rows {
-			delete(s.created, id)
-			delete(s.updated, id)
-			s.deleted[id] = struct{}{}
+			delete(b.created, id)
+			delete(b.updated, id)
+			b.deleted[id] = struct{}{}
 		}
 	case grid.EventFieldsChanged:
-		s.resyncLocked("fields")
+		b.resync("fields")
 	default:
-		s.resyncLocked("bulk")
+		b.resync("bulk")
 	}
-	if s.resyncWhy == "" && len(s.created)+len(s.updated)+len(s.deleted) > s.bulk {
-		s.resyncLocked("bulk")
+	if b.resyncWhy == "" && len(b.created)+len(b.updated)+len(b.deleted) > b.bulk {
+		b.resync("bulk")
 	}
-	s.mu.Unlock()
-	s.poke()
 }
 
-// resync owes the client a resync for why; id, when set, is the event it
-// stands for.
-func (s *stream) resync(why, id string) {
-	s.mu.Lock()
-	if s.pending == 0 {
-		s.oldest = time.Now().UnixMicro()
+// owe takes in a resync for why that no event carried (a lost
+// subscription, a resume from too far back).
+func (b *batch) owe(why string) {
+	if b.pending == 0 {
+		b.oldest = time.Now().UnixMicro()
 	}
-	s.pending++
-	if id != "" {
-		s.lastID = id
-	}
-	s.resyncLocked(why)
-	s.mu.Unlock()
-	s.poke()
+	b.pending++
+	b.resync(why)
 }
 
-func (s *stream) resyncLocked(why string) {
-	if s.resyncWhy == "" {
-		s.resyncWhy = why
+// resync owes a resync for why, and forgets the rows: the client reloads
+// anyway.
+func (b *batch) resync(why string) {
+	if b.resyncWhy == "" {
+		b.resyncWhy = why
 	}
-	clear(s.created)
-	clear(s.updated)
-	clear(s.deleted)
+	clear(b.created)
+	clear(b.updated)
+	clear(b.deleted)
 }
 
-// message is what a stream sends next, taken out of it.
-type message struct {
+// frame is one message, encoded once for every stream it goes to.
+type frame struct {
 	event   string // rows or resync
 	id      string
-	data    []byte
+	b       []byte // the whole server-sent event
 	oldest  int64
 	pending int
 }
 
-// take returns the message waiting, if any, and empties the stream.
-func (s *stream) take() (message, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.pending == 0 {
-		return message{}, false
+// take returns the message waiting, if any, and empties the batch.
+func (b *batch) take() (frame, bool) {
+	if b.pending == 0 {
+		return frame{}, false
 	}
-	m := message{id: s.lastID, oldest: s.oldest, pending: s.pending}
-	if s.resyncWhy != "" {
-		m.event = "resync"
-		m.data, _ = json.Marshal(map[string]any{"table": s.table, "reason": s.resyncWhy})
+	f := frame{id: b.lastID, oldest: b.oldest, pending: b.pending}
+	var data []byte
+	if b.resyncWhy != "" {
+		f.event = "resync"
+		data, _ = json.Marshal(map[string]any{"table": b.table, "reason": b.resyncWhy})
 	} else {
-		m.event = "rows"
-		m.data, _ = json.Marshal(struct {
+		f.event = "rows"
+		data, _ = json.Marshal(struct {
 			Table   uuid.UUID   `json:"table"`
 			Created []uuid.UUID `json:"created,omitempty"`
 			Updated []uuid.UUID `json:"updated,omitempty"`
 			Deleted []uuid.UUID `json:"deleted,omitempty"`
-		}{s.table, keys(s.created), keys(s.updated), keys(s.deleted)})
+		}{b.table, keys(b.created), keys(b.updated), keys(b.deleted)})
 	}
-	s.resyncWhy, s.pending = "", 0
-	clear(s.created)
-	clear(s.updated)
-	clear(s.deleted)
-	return m, true
+	f.b = encodeFrame(f.id, f.event, data)
+	b.resyncWhy, b.pending = "", 0
+	clear(b.created)
+	clear(b.updated)
+	clear(b.deleted)
+	return f, true
+}
+
+func encodeFrame(id, event string, data []byte) []byte {
+	buf := make([]byte, 0, len(data)+len(id)+len(event)+24)
+	if id != "" {
+		buf = append(append(append(buf, "id: "...), id...), '\n')
+	}
+	buf = append(append(append(buf, "event: "...), event...), '\n')
+	return append(append(append(buf, "data: "...), data...), "\n\n"...)
 }
 
 func keys(m map[uuid.UUID]struct{}) []uuid.UUID {
@@ -153,6 +144,76 @@ func keys(m map[uuid.UUID]struct{}) []uuid.UUID {
 		out = append(out, id)
 	}
 	return out
+}
+
+// topic is one table's watchers on this replica, and what they have not
+// been sent yet: a table's events are coalesced once, encoded once, and
+// the same bytes go to each of its streams.
+type topic struct {
+	key     topicKey
+	streams map[*stream]struct{}
+	batch   *batch
+	last    time.Time   // when it last sent
+	timer   *time.Timer // a send is due; nil when none is
+}
+
+type topicKey struct{ realm, table uuid.UUID }
+
+// streamBuffer is how many messages a stream may have waiting for its
+// client; past it the client is behind, and gets a resync instead.
+const streamBuffer = 16
+
+// stream is one client's subscription to one table.
+type stream struct {
+	realm, table, user uuid.UUID
+	out                chan frame
+	lagging            atomic.Bool // a message did not fit in out: the next one is a resync
+}
+
+func newStream(realm, table, user uuid.UUID) *stream {
+	return &stream{realm: realm, table: table, user: user, out: make(chan frame, streamBuffer)}
+}
+
+// send hands f to the stream without waiting; a stream with no room left
+// is marked lagging.
+func (s *stream) send(f frame) {
+	select {
+	case s.out <- f:
+	default:
+		s.lagging.Store(true)
+	}
+}
+
+// schedule sends t's batch now if the last send was Coalesce ago, or once
+// it is. h.mu is held.
+func (h *Hub) schedule(t *topic) {
+	if t.timer != nil {
+		return
+	}
+	wait := h.cfg.Coalesce - time.Since(t.last)
+	if wait <= 0 {
+		h.flush(t)
+		return
+	}
+	t.timer = time.AfterFunc(wait, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		t.timer = nil
+		h.flush(t)
+	})
+}
+
+// flush sends t's batch to each of its streams. h.mu is held.
+func (h *Hub) flush(t *topic) {
+	f, ok := t.batch.take()
+	if !ok {
+		return
+	}
+	t.last = time.Now()
+	h.m.coalesced.Add(float64(f.pending - 1))
+	for s := range t.streams {
+		s.send(f)
+	}
 }
 
 // Refusal reasons of live_streams.
@@ -177,12 +238,13 @@ func (h *Hub) open(s *stream) string {
 	h.total++
 	h.byRealm[s.realm]++
 	h.byUser[s.user]++
-	set := h.streams[s.table]
-	if set == nil {
-		set = map[*stream]struct{}{}
-		h.streams[s.table] = set
+	k := topicKey{s.realm, s.table}
+	t := h.topics[k]
+	if t == nil {
+		t = &topic{key: k, streams: map[*stream]struct{}{}, batch: newBatch(s.table, h.cfg.BulkRows)}
+		h.topics[k] = t
 	}
-	set[s] = struct{}{}
+	t.streams[s] = struct{}{}
 	h.m.open(s.realm).Inc()
 	return ""
 }
@@ -200,10 +262,13 @@ func (h *Hub) shut(s *stream) {
 	if h.byUser[s.user]--; h.byUser[s.user] == 0 {
 		delete(h.byUser, s.user)
 	}
-	if set := h.streams[s.table]; set != nil {
-		delete(set, s)
-		if len(set) == 0 {
-			delete(h.streams, s.table)
+	if t := h.topics[topicKey{s.realm, s.table}]; t != nil {
+		delete(t.streams, s)
+		if len(t.streams) == 0 {
+			if t.timer != nil {
+				t.timer.Stop()
+			}
+			delete(h.topics, t.key)
 		}
 	}
 }
@@ -241,7 +306,7 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 	if p.TokenID != uuid.Nil {
 		user = p.TokenID // a script's token is its own client
 	}
-	s := newStream(p.RealmID, table, user, h.cfg.BulkRows)
+	s := newStream(p.RealmID, table, user)
 	select {
 	case <-h.closed:
 		return &appdor.Error{Code: appdor.EUnavailable, Message: "this server is shutting down; reconnect", RetryAfter: time.Second}
@@ -260,14 +325,21 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 	fairness.Yield(ctx)
 
 	if id := c.Request().Header.Get("Last-Event-ID"); id != "" {
+		// What it missed, as one message of its own. Events arriving
+		// meanwhile reach it through its topic too; a row told twice is
+		// fetched twice, never missed.
 		h.mu.Lock()
 		evs, ok := h.since(s.realm, table, id)
 		h.mu.Unlock()
+		b := newBatch(table, h.cfg.BulkRows)
 		if !ok {
-			s.resync("resume", "")
+			b.owe("resume")
 		}
 		for _, ev := range evs {
-			s.add(ev)
+			b.add(ev)
+		}
+		if f, ok := b.take(); ok {
+			s.send(f)
 		}
 	}
 
@@ -295,7 +367,6 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 	defer heartbeat.Stop()
 	idle := time.NewTimer(h.cfg.IdleTimeout)
 	defer idle.Stop()
-	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -309,34 +380,22 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 			if err := write([]byte(": ping\n\n")); err != nil {
 				return h.dropped(err)
 			}
-		case <-s.wake:
-			// At most one message a Coalesce: what arrives meanwhile joins it.
-			if wait := h.cfg.Coalesce - time.Since(last); wait > 0 {
-				select {
-				case <-time.After(wait):
-				case <-ctx.Done():
-					return nil
-				case <-h.closed:
-					return nil
+		case f := <-s.out:
+			if s.lagging.Swap(false) {
+				// Messages were dropped: what is left is partial. A resync
+				// instead, which stands for all of them.
+				for len(s.out) > 0 {
+					f = <-s.out
 				}
+				h.m.lagged.Inc()
+				data, _ := json.Marshal(map[string]any{"table": table, "reason": "lag"})
+				f = frame{event: "resync", id: f.id, b: encodeFrame(f.id, "resync", data), oldest: f.oldest}
 			}
-			m, ok := s.take()
-			if !ok {
-				continue
-			}
-			buf := make([]byte, 0, len(m.data)+64)
-			if m.id != "" {
-				buf = append(append(append(buf, "id: "...), m.id...), '\n')
-			}
-			buf = append(append(append(buf, "event: "...), m.event...), '\n')
-			buf = append(append(append(buf, "data: "...), m.data...), "\n\n"...)
-			if err := write(buf); err != nil {
+			if err := write(f.b); err != nil {
 				return h.dropped(err)
 			}
-			last = time.Now()
-			h.m.delivered.WithLabelValues(m.event).Inc()
-			h.m.coalesced.Add(float64(m.pending - 1))
-			h.m.latency.Observe(max(0, float64(time.Now().UnixMicro()-m.oldest)/1e6))
+			h.m.delivered.WithLabelValues(f.event).Inc()
+			h.m.latency.Observe(max(0, float64(time.Now().UnixMicro()-f.oldest)/1e6))
 			idle.Reset(h.cfg.IdleTimeout)
 		}
 	}

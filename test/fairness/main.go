@@ -25,6 +25,11 @@
 //     automation latency (its write's answer to the sink's receipt) are held
 //     to their baselines; every Q write must reach the sink under exactly one
 //     webhook-id, and S's events must all be delivered within a drain;
+//   - live: twenty realms hold 2,001 event streams, one of them its whole
+//     cap of 500, and that realm writes 1,000 rows a second in batches of
+//     100 while the victim reads: the victim's p99 is held to its baseline,
+//     every batch must reach every one of the writer's streams, and the
+//     streams' memory, the server's CPU and the delivery delay are reported;
 //   - wired: the controller dispatched the storm realm's work and queued
 //     some of it for a seat.
 //
@@ -183,6 +188,8 @@ func (b latencyBound) String() string {
 type realms struct {
 	victim, storm, importer, lone *tenant
 	autoS, autoQ                  *tenant // the automation-storm scenario's S and Q
+	liveWriter                    *tenant // the live arm's writing realm
+	liveHolders                   []*tenant
 	storms                        []*tenant
 	editorsA                      []string
 	agentToken                    string
@@ -230,6 +237,19 @@ func (s *stack) seed(ctx context.Context, p plan, base string, want func(string)
 			return nil, err
 		}
 	}
+	if want("live") {
+		// Empty tables: the arm writes its own rows.
+		if r.liveWriter, err = s.seedTenant(ctx, base, "livewriter", 0, 0); err != nil {
+			return nil, err
+		}
+		for i := range p.LiveRealms - 1 {
+			t, err := s.seedTenant(ctx, base, fmt.Sprintf("live%02d", i+1), 0, 0)
+			if err != nil {
+				return nil, err
+			}
+			r.liveHolders = append(r.liveHolders, t)
+		}
+	}
 	if want("noisy") {
 		r.editorsA = []string{r.victim.Token, ""}
 		if r.editorsA[1], err = s.token(ctx, r.victim, "editor 2", 0); err != nil {
@@ -249,9 +269,9 @@ func run(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("set APPDOR_TEST_DATABASE_URL (a role that may create databases) and APPDOR_TEST_REDIS_URL")
 	}
 	switch *only {
-	case "", "storm", "noisy", "many", "floor", "import", "lone", "unauth", "automation-storm":
+	case "", "storm", "noisy", "many", "floor", "import", "lone", "unauth", "automation-storm", "live":
 	default:
-		return 0, fmt.Errorf("-only %q: expected storm, noisy, many, floor, import, lone, unauth or automation-storm", *only)
+		return 0, fmt.Errorf("-only %q: expected storm, noisy, many, floor, import, lone, unauth, automation-storm or live", *only)
 	}
 	root, err := repoRoot()
 	if err != nil {
@@ -336,6 +356,7 @@ func run(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	lv := runLive(ctx, p, srv.base, r.victim, r.liveWriter, r.liveHolders)
 	// automation-storm last on this server, with no other server running
 	// (both would share the database and their automation workers the
 	// queue), and the database settled after it: its 200,000 row writes and
@@ -445,6 +466,13 @@ func run(ctx context.Context) (int, error) {
 	add("unauth: victim errors", float64(un.baseline.Errors+un.during.Errors), "== 0", un.baseline.Errors+un.during.Errors == 0)
 	add("unauth: pool acquires per 100 bogus requests", un.per100(), fmt.Sprintf("<= %.1f", bogusPer100), un.bogus.N > 0 && un.per100() <= bogusPer100)
 
+	liveRatio := ratio(lv.during.P99, lv.baseline.P99)
+	add("live: victim p99 streams and writes/baseline", liveRatio, bound.String(), liveRatio <= bound.Value)
+	add("live: victim errors", float64(lv.baseline.Errors+lv.during.Errors), "== 0", lv.baseline.Errors+lv.during.Errors == 0)
+	add("live: streams open", float64(lv.Streams), fmt.Sprintf("== %d, none refused or ended", p.LiveWriterStreams+(p.LiveRealms-1)*p.LiveStreamsEach),
+		lv.Streams == p.LiveWriterStreams+(p.LiveRealms-1)*p.LiveStreamsEach && lv.Refused == 0 && lv.Ended == 0)
+	add("live: batches a writer stream never heard of", float64(lv.Missing), "== 0", lv.Missing == 0 && lv.Deliveries > 0)
+
 	autoRatio := ratio(auto.storm.P99, auto.baseline.P99)
 	autoLatRatio := ratio(auto.autoStorm.P99, auto.autoBaseline.P99)
 	autoErrors := auto.baseline.Errors + auto.storm.Errors + auto.recovery.Errors + auto.qWriteErrors
@@ -511,6 +539,10 @@ func run(ctx context.Context) (int, error) {
 			"attempts": len(noisy.agent), "rate_rps": ratio(float64(len(noisy.agent)), noisy.duration.Seconds()),
 			"refused_share": refusedShare, "bad_429s": bad429, "other_errors": agentOther, "editors": editors,
 		},
+		"live": map[string]any{
+			"victim_baseline_p99_ms": lv.baseline.P99, "victim_p99_ms": lv.during.P99, "ratio": liveRatio, "bound": bound.Value,
+			"victim_baseline": lv.baseline, "victim": lv.during, "outcome": lv,
+		},
 		"many": map[string]any{
 			"realms": p.ManyRealms, "workers_each": p.ManyWorkers,
 			"quiet_baseline_p99_ms": many.baseline.P99, "quiet_storm_p99_ms": many.storm.P99, "ratio": manyRatio,
@@ -562,9 +594,9 @@ func run(ctx context.Context) (int, error) {
 	stamp := started.UTC().Format("20060102T150405Z")
 	chart := filepath.Join(resultsDir, "latest.svg")
 	if err := drawChart(chart,
-		[]*recorder{st.rec, noisy.rec, many.rec, auto.rec, loneOn.rec, imp.rec, un.rec, ctl.rec, fl.rec, autoCtl.rec, loneOff.rec},
+		[]*recorder{st.rec, noisy.rec, many.rec, auto.rec, loneOn.rec, imp.rec, un.rec, lv.rec, ctl.rec, fl.rec, autoCtl.rec, loneOff.rec},
 		[]string{"storm (fairness on)", "noisy agent", "many realms", "automation storm (fairness on)", "lone realm (fairness on)", "CSV import (fairness on)",
-			"bogus tokens (fairness on)", "control (fairness off)", "floor: one storm read at a time (fairness off)",
+			"bogus tokens (fairness on)", "live: 2,001 streams, 1,000 rows/s written (fairness on)", "control (fairness off)", "floor: one storm read at a time (fairness off)",
 			"automation storm (fairness off)", "lone realm (fairness off)"},
 		depthPanel("automation storm: S's pending events", map[string]plotter.XYs{"fairness on": auto.depth, "fairness off": autoCtl.depth})); err != nil {
 		fmt.Fprintln(os.Stderr, "harness: chart:", err)
@@ -679,6 +711,11 @@ func runOnly(ctx context.Context, p plan, s *stack) (int, error) {
 			fmt.Printf("unauth: victim p99 %.1f -> %.1f ms (x%.2f)\n", un.baseline.P99, un.during.P99, ratio(un.during.P99, un.baseline.P99))
 		}
 		return 0, err
+	case "live":
+		lv := runLive(ctx, p, srv.base, r.victim, r.liveWriter, r.liveHolders)
+		perSecond(lv.rec, "victim")
+		fmt.Printf("live: victim p99 %.1f -> %.1f ms (x%.2f)\n", lv.baseline.P99, lv.during.P99, ratio(lv.during.P99, lv.baseline.P99))
+		return 0, nil
 	case "automation-storm":
 		k, autos, err := automationsWithSink(ctx, srv.base, r)
 		if err != nil {

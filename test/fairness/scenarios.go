@@ -43,6 +43,14 @@ type plan struct {
 	Lone          time.Duration
 	BogusRate     int
 	Bogus         time.Duration
+	// live
+	LiveRealms        int           // realms holding streams, the writer among them
+	LiveWriterStreams int           // the writer realm's streams: its whole cap (--live-streams-per-realm)
+	LiveStreamsEach   int           // every other realm's
+	LiveTracked       int           // writer streams whose events the harness reads and times
+	LiveRowsPerSecond int           // the writer's rows a second
+	LiveBatch         int           // rows a write
+	LiveWrites        time.Duration // how long it writes
 	// automation-storm
 	QuietWriteRate   int           // Q's writes a second, each firing its webhook
 	AutoImportRows   int           // S's CSV import
@@ -77,6 +85,14 @@ func defaultPlan() plan {
 		Lone:          5 * time.Second,
 		BogusRate:     500,
 		Bogus:         6 * time.Second,
+
+		LiveRealms:        20,
+		LiveWriterStreams: 500,
+		LiveStreamsEach:   79, // 500 + 19 × 79 = 2,001 streams
+		LiveTracked:       50,
+		LiveRowsPerSecond: 1000,
+		LiveBatch:         100,
+		LiveWrites:        10 * time.Second,
 
 		QuietWriteRate:   10,
 		AutoImportRows:   100_000,

@@ -139,6 +139,9 @@ func (s *stack) start(ctx context.Context, name string, env ...string) (*server,
 		"APPDOR_LOG_LEVEL="+level,
 		// The automation-storm scenario's webhook sink is on loopback.
 		"APPDOR_WEBHOOK_ALLOW_CIDRS=127.0.0.1/32",
+		// The live arm's realms open their streams with one token each: the
+		// realm's cap (500) is the one it fills, not a person's.
+		"APPDOR_LIVE_STREAMS_PER_USER=500",
 	)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
