@@ -10,6 +10,7 @@ type metrics struct {
 	refused        *prometheus.CounterVec
 	ended          *prometheus.CounterVec
 	delivered      *prometheus.CounterVec
+	deliveredRows  prometheus.Counter // delivered{event="rows"}, looked up once
 	published      prometheus.Counter
 	publishFailed  prometheus.Counter
 	publishDropped prometheus.Counter
@@ -43,6 +44,7 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 			Help:    "From an event's publishing to the write of the message carrying it (the oldest, when several).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .15, .25, .5, 1, 2.5, 5}}),
 	}
+	m.deliveredRows = m.delivered.WithLabelValues("rows")
 	if reg != nil {
 		reg.MustRegister(m.streams, m.refused, m.ended, m.delivered, m.published, m.publishFailed, m.publishDropped,
 			m.coalesced, m.lagged, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appdor_live_streams_total",

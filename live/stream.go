@@ -394,7 +394,11 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 			if err := write(f.b); err != nil {
 				return h.dropped(err)
 			}
-			h.m.delivered.WithLabelValues(f.event).Inc()
+			if f.event == "rows" {
+				h.m.deliveredRows.Inc()
+			} else {
+				h.m.delivered.WithLabelValues(f.event).Inc()
+			}
 			h.m.latency.Observe(max(0, float64(time.Now().UnixMicro()-f.oldest)/1e6))
 			idle.Reset(h.cfg.IdleTimeout)
 		}

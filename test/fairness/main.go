@@ -151,6 +151,8 @@ var wiring = map[string]bool{
 	"automation: S import completes":                      true,
 	"automation: webhooks with a bad signature":           true,
 	"automation: control (fairness off) breaks a Q bound": true,
+	"live: streams open":                                  true,
+	"live: batches a writer stream never heard of":        true,
 }
 
 func ratio(a, b float64) float64 {
