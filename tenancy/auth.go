@@ -100,11 +100,17 @@ func checkCSRF(c echo.Context, sessionSecret string) error {
 
 // Authenticate is the middleware of the realm API: it turns a bearer token,
 // or a session cookie with the realm chosen by RealmHeader, into a Principal.
-// A missing or dead credential is 401; a session's unsafe request without its
-// CSRF token is 403 csrf_failed; a realm the person is not a member of is 404.
+// A GET may name the realm in RealmParam instead, for a browser's
+// EventSource, which sends no headers of its own. A missing or dead
+// credential is 401; a session's unsafe request without its CSRF token is
+// 403 csrf_failed; a realm the person is not a member of is 404.
 func (s *Service) Authenticate() echo.MiddlewareFunc {
 	return s.credentialed(WithPrincipal, func(c echo.Context, secret string) error {
-		p, err := s.LookupSession(withClientOf(c), secret, c.Request().Header.Get(RealmHeader))
+		realm := c.Request().Header.Get(RealmHeader)
+		if realm == "" && c.Request().Method == http.MethodGet {
+			realm = c.QueryParam(RealmParam)
+		}
+		p, err := s.LookupSession(withClientOf(c), secret, realm)
 		if err != nil {
 			return err
 		}

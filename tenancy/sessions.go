@@ -30,6 +30,9 @@ const (
 	CSRFHeader = "X-CSRF-Token"
 	// RealmHeader chooses the realm a session-authenticated request acts in.
 	RealmHeader = "X-Appdor-Realm"
+	// RealmParam is the query parameter a GET may choose the realm with
+	// instead (an EventSource cannot set RealmHeader).
+	RealmParam = "realm"
 	// SessionTTL is how long a session lasts from sign-in.
 	SessionTTL = 14 * 24 * time.Hour
 )

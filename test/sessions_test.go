@@ -357,8 +357,22 @@ func TestSessionRealmChoice(t *testing.T) {
 		require.Equal(t, "not_found", res.ErrorCode(t))
 	}
 
-	// /me needs no realm, whatever the header says.
+	// A GET may name the realm in ?realm= instead (an EventSource sends no
+	// headers); the header wins when both are sent, and a write may not.
 	b.realm = ""
+	res = b.do(t, "GET", "/api/v1/apps?realm="+other.ID.String(), nil)
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	require.Equal(t, []string{"in B"}, appNames(res))
+	b.realm = a.RealmID.String()
+	require.Equal(t, []string{"in A"}, appNames(b.do(t, "GET", "/api/v1/apps?realm="+other.ID.String(), nil)))
+	b.realm = ""
+	res = b.do(t, "GET", "/api/v1/apps?realm="+stranger.RealmID.String(), nil)
+	require.Equal(t, http.StatusNotFound, res.Status, "a realm the person is not a member of")
+	res = b.do(t, "POST", "/api/v1/apps?realm="+a.RealmID.String(), map[string]any{"name": "x"})
+	require.Equal(t, http.StatusBadRequest, res.Status, string(res.Body))
+	require.Equal(t, "realm_required", res.ErrorCode(t))
+
+	// /me needs no realm, whatever the header says.
 	require.Equal(t, http.StatusOK, b.do(t, "GET", "/api/v1/me", nil).Status)
 
 	// A member of one realm may leave the header out.
