@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -81,6 +82,7 @@ var roleScenarios = []roleScenario{
 		body: func(f roleFixture) any { return map[string]any{"ids": []string{f.RowID}} }},
 	{method: "GET", route: "/api/v1/tables/:table/rows/:row", min: tenancy.RoleViewer, ok: http.StatusOK},
 	{method: "GET", route: "/api/v1/tables/:table/count", min: tenancy.RoleViewer, ok: http.StatusOK},
+	{method: "GET", route: "/api/v1/tables/:table/events", min: tenancy.RoleViewer, ok: http.StatusOK},
 	{method: "GET", route: "/api/v1/tables/:table/csv", min: tenancy.RoleViewer, ok: http.StatusOK},
 	{method: "POST", route: "/api/v1/tables/:table/csv", min: tenancy.RoleEditor, ok: http.StatusCreated,
 		body: func(roleFixture) any { return csvBody("Name\nimported\n") }},
@@ -166,6 +168,12 @@ func (c roleCaller) send(t *testing.T, app *testenv.App, method, path string, bo
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
+	if res.StatusCode == http.StatusOK && res.Header.Get("Content-Type") == "text/event-stream" {
+		// A live stream does not end: its first event is the answer.
+		line, err := bufio.NewReader(res.Body).ReadString('\n')
+		require.NoError(t, err)
+		return testenv.Response{Status: res.StatusCode, Header: res.Header, Body: []byte(line)}
+	}
 	data, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	return testenv.Response{Status: res.StatusCode, Header: res.Header, Body: data}
