@@ -11,10 +11,11 @@ import {
   type Rectangle,
   type Theme,
 } from "@glideapps/glide-data-grid";
-import { ApiError, type Api, type Field, type FieldType, type RowQuery, type Table, type TableSummary } from "./api";
+import { ApiError, type Api, type Field, type FieldType, type Row, type RowQuery, type Table, type TableSummary } from "./api";
 import { fromCell, renderer, toCell } from "./cells";
 import { RowWindow, type WindowStatus } from "./rows";
 import { Saver, type SaverStatus } from "./saves";
+import { LiveFeed, toFetch, type LiveState } from "./live";
 import { NotFound, messageOf } from "./App";
 import { linkClick } from "./router";
 import { AutomationsPanel } from "./automations/AutomationsPanel";
@@ -93,6 +94,7 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
   const [menu, setMenu] = useState<{ field: Field; x: number; y: number } | null>(null);
   const [panel, setPanel] = useState<"field" | "filter" | "fields" | "automations" | null>(null);
   const [widths, setWidths] = useState<Record<string, number>>({});
+  const [live, setLive] = useState<LiveState>("connecting");
   const noticeSeq = useRef(0);
 
   const notify = useCallback((n: Omit<Notice, "id">) => {
@@ -132,6 +134,47 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
   useEffect(() => {
     if (winStatus.kind === "error" && /not found/i.test(winStatus.message)) setMissing(true);
   }, [winStatus]);
+
+  // Live updates: rows changed elsewhere refresh in place (only those the
+  // window holds, in one request), new rows appear when the end is loaded,
+  // deleted ones go; a resync reloads the fields and the rows. The row being
+  // edited is not changed under the cursor: its news waits for the edit to end.
+  const editingRow = useRef<string | null>(null);
+  const deferred = useRef(new Map<string, Row>());
+  useEffect(() => {
+    const feed = new LiveFeed(api.eventsUrl(tableId), {
+      onState: setLive,
+      onRows: (e) => {
+        const w = winRef.current;
+        if (e.deleted?.length) w.remove(e.deleted);
+        for (const ids of toFetch(e, (id) => w.byID(id) !== undefined)) {
+          api
+            .rowsByIds(tableId, ids)
+            .then((page) => {
+              const fresh: Row[] = [];
+              for (const row of page.rows) {
+                const held = w.byID(row.id);
+                if (held && held.version >= row.version) continue;
+                if (editingRow.current === row.id) {
+                  deferred.current.set(row.id, row);
+                  notify({ kind: "info", rowId: row.id, text: "Someone else changed the row you are editing; it shows their change when you finish." });
+                } else if (held) w.update(row);
+                else fresh.push(row);
+              }
+              if (fresh.length) w.append(fresh);
+            })
+            .catch(() => {
+              /* the next event, or a resync, brings it */
+            });
+        }
+      },
+      onResync: () => {
+        void loadTable();
+        setQuery((q) => ({ ...q })); // a new window: the rows afresh
+      },
+    });
+    return () => feed.close();
+  }, [api, tableId, loadTable, notify]);
 
   const fields = useMemo(() => [...(table?.fields ?? [])].sort((a, b) => a.position - b.position), [table]);
   const fieldsRef = useRef(fields);
@@ -243,8 +286,18 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
     },
     [onCellEdited],
   );
+  const onCellActivated = useCallback(([, row]: Item) => {
+    editingRow.current = win.get(row)?.id ?? null;
+  }, [win]);
   const onFinishedEditing = useCallback(
     (value: GridCell | undefined) => {
+      const editing = editingRow.current;
+      editingRow.current = null;
+      const news = editing ? deferred.current.get(editing) : undefined;
+      if (news) {
+        deferred.current.delete(editing!);
+        queueMicrotask(() => win.update(news)); // after the edit is queued with the version it was made on
+      }
       const was = reported.current;
       reported.current = undefined;
       const at = selection.current?.cell;
@@ -355,6 +408,9 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
           </a>
           <span aria-hidden>/</span>
           <h1>{table?.name ?? "…"}</h1>
+          <span className={"live live-" + live} data-live={live} role="status" aria-label={"Live updates: " + live} title={liveTitle[live]}>
+            {live === "live" ? "● Live" : live === "connecting" ? "Connecting…" : "Reconnecting…"}
+          </span>
         </div>
         <input className="search" type="search" placeholder="Search rows" aria-label="Search rows" value={search} onChange={(e) => setSearch(e.target.value)} />
         <select
@@ -463,6 +519,7 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
             getCellContent={getCellContent}
             onCellEdited={onCellEditedOnce}
             onFinishedEditing={onFinishedEditing}
+            onCellActivated={onCellActivated}
             customRenderers={customRenderers}
             onVisibleRegionChanged={onVisible}
             getCellsForSelection={true}
@@ -555,6 +612,12 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
     </div>
   );
 }
+
+const liveTitle: Record<LiveState, string> = {
+  connecting: "Connecting to live updates",
+  live: "Other people's edits appear as they are made",
+  reconnecting: "Live updates lost; reconnecting (the table reloads when they are back)",
+};
 
 function show(v: unknown): string {
   if (v === null || v === undefined || v === "") return "(empty)";

@@ -273,6 +273,15 @@ export class Api {
   table(id: string, signal?: AbortSignal) {
     return this.read<Table>(`/api/v1/tables/${enc(id)}`, signal);
   }
+  /** The rows named (at most 100), in one request; rows gone are left out. */
+  rowsByIds(table: string, ids: string[]) {
+    return this.json<RowPage>("GET", `/api/v1/tables/${enc(table)}/rows?ids=${ids.map(enc).join(",")}`);
+  }
+  /** The URL of a table's live event stream (an EventSource sends no realm header). */
+  eventsUrl(table: string): string {
+    const realm = this.o.realm?.();
+    return `/api/v1/tables/${enc(table)}/events` + (realm ? `?realm=${enc(realm)}` : "");
+  }
   rows(table: string, query: RowQuery, cursor: string | null, limit: number, signal?: AbortSignal) {
     return this.json<RowPage>("GET", `/api/v1/tables/${enc(table)}/rows?${rowParams(query, cursor, limit)}`, undefined, signal);
   }
