@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -114,17 +115,21 @@ type Service struct {
 	// known and unknown are credentials that authenticated lately, and
 	// credentials found unknown lately: see Guard.
 	known, unknown *hashSet
+	// relookups holds the seats of lookups of credentials known lately
+	// (see Guard.guarded).
+	relookups chan struct{}
 }
 
 // New returns a Service on pool; its lookups and tenant transactions have
 // rls's default time bounds until UseDB gives it the server's.
 func New(pool *pgxpool.Pool) *Service {
 	return &Service{
-		pool:    pool,
-		db:      rls.New(pool, 0, 0),
-		guard:   Guard{Timeout: DefaultLookupTimeout},
-		known:   newHashSet(KnownCredentialTTL, maxKnownCredentials),
-		unknown: newHashSet(UnknownCredentialTTL, maxUnknownCredentials),
+		pool:      pool,
+		db:        rls.New(pool, 0, 0),
+		guard:     Guard{Timeout: DefaultLookupTimeout},
+		known:     newHashSet(KnownCredentialTTL, maxKnownCredentials),
+		unknown:   newHashSet(UnknownCredentialTTL, maxUnknownCredentials),
+		relookups: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)),
 	}
 }
 
