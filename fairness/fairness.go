@@ -389,6 +389,12 @@ func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*
 		if x.cls != sparseWork {
 			w.ahead++
 		}
+		// A flow's queue is FIFO by class: a unit is never of a better
+		// class than its own flow's units queued ahead of it. (A storm
+		// whose first read was measured turned its next arrivals into
+		// deep work that overtook its own backlogged queue and took every
+		// seat before any of it was refused.)
+		w.cls = max(w.cls, x.cls)
 	}
 	if lvl == Interactive && 2*w.ahead >= c.cfg.QueueLength && f.inflight >= l.seats && c.active > 1 {
 		// Holding every seat beside another active realm, with its queue

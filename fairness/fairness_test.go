@@ -746,7 +746,8 @@ func TestALightRealmsPileUpDoesNotMakeItAStorm(t *testing.T) {
 // realms, and one unit of such realms may take the probe seat besides: an
 // arriving realm finds room while a storm holds the backlogged seats, and
 // realms arriving together never take the seats a sparse realm needs. Once
-// its first unit is measured, it is sparse.
+// its first unit is measured and its backlogged units have gone, it is
+// sparse.
 func TestAnUnmeasuredRealmRunsAsBackloggedWork(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats = 4, 1 })
@@ -764,15 +765,22 @@ func TestAnUnmeasuredRealmRunsAsBackloggedWork(t *testing.T) {
 	first()           // "new" is measured: 10 ms a unit, heavier than "other new" is assumed to be
 	g := next(t, out) // the backlogged seat, by virtual time
 	require.Equal(t, "other new", g.flow)
-	again := now(t, c, "new") // measured now: sparse, at once
 	second()
 	none(t, out) // its queued unit came as backlogged work: it waits for that seat
+	// Measured now, but behind a backlogged unit of its own: backlogged
+	// too, and after it.
+	behind := make(chan grant, 1)
+	ask(c, "new", Interactive, behind)
+	awaitQueued(t, c, "new", Interactive, 2)
 	g.release()
 	g = next(t, out)
 	require.Equal(t, "new", g.flow)
-	for _, r := range []func(){g.release, again, v} {
-		r()
-	}
+	none(t, behind) // the backlogged seat is g's
+	g.release()
+	next(t, behind).release()
+	again := now(t, c, "new") // nothing of its own outstanding: sparse, at once
+	again()
+	v()
 	require.Equal(t, 0, c.InUse(Interactive))
 }
 
