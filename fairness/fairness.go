@@ -18,9 +18,10 @@
 //     found holding every seat beside another active flow with its queue
 //     half full (sixty readers served within the wait bound were
 //     never refused, held every seat as deep work, and the quiet realm
-//     beside them went x3.4). Sparse units go first, then deep ones, then
-//     backlogged ones, each by virtual time (backlogged flows not measured
-//     yet first).
+//     beside them went x3.4). A unit is never of a better class than its
+//     flow's units queued ahead of it. Sparse units go first, then deep
+//     ones, then backlogged ones, each by virtual time (backlogged flows not
+//     measured yet first).
 //   - While several flows are active, backlogged units together hold
 //     BackloggedSeats (half the cores), plus one probe seat for a flow never
 //     measured; a flow alone holds every seat. Deep units are not held.
