@@ -128,7 +128,8 @@ func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, h
 	progress("live", "baseline", out.rec, "victim")
 
 	// Open the streams while the victim reads on: the writer realm's cap,
-	// and the others'.
+	// and the others'. That is a phase of its own: the baseline is before it.
+	out.rec.begin("open")
 	var tracked []*liveStream
 	open := func(t *tenant, n int, track bool) {
 		for range n {
