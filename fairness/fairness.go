@@ -96,15 +96,16 @@ const (
 	// quiet realm's waits then expired.
 	minEstimate      = 0.001
 	unmeasuredFactor = 4
-	// backgroundRest is how many times as long as a background unit ran its
-	// realm's background work rests while another realm's interactive work
-	// is active: a third of one core for a 100,000-row import. Resting as
+	// DefaultBackgroundRest is how many times as long as a background unit
+	// ran its realm's background work rests while another realm's
+	// interactive work is active: a third of one core for a 100,000-row
+	// import. Resting as
 	// long as it ran, the reader beside it measured ×3.06 and ×2.53 its
 	// baseline p99 (the import took 32-39 s); resting twice as long, ×1.42,
 	// ×2.10 and ×1.88 (50-56 s). The realm rests, not the seat: when the seat
 	// rested, a quiet realm's automations waited out every rest of a storming
 	// realm's and fell 114 s behind in a 45 s automation storm.
-	backgroundRest = 2
+	DefaultBackgroundRest = 2
 	// backgroundSlack is how far a realm's background work may run ahead of
 	// its rests, so that a light realm's few short units (an automation's
 	// evaluation, its webhook's read and record) do not each wait out the
@@ -129,6 +130,10 @@ type Config struct {
 	// BackgroundSeats is the background level's seats; 0 is GOMAXPROCS.
 	// A realm holds one of them at a time.
 	BackgroundSeats int
+	// BackgroundRest is how many times as long as a background unit ran its
+	// realm's background work rests while another realm is active; 0 is
+	// DefaultBackgroundRest.
+	BackgroundRest float64
 	// BackloggedSeats is how many seats backlogged flows may hold together
 	// while several flows are active; 0 is max(1, GOMAXPROCS/2).
 	BackloggedSeats int
@@ -184,6 +189,9 @@ func (cfg Config) Sized() Config {
 		if cfg.PoolSize > 0 {
 			cfg.Seats = max(1, min(cfg.Seats, cfg.PoolSize-cfg.BackgroundSeats))
 		}
+	}
+	if cfg.BackgroundRest <= 0 {
+		cfg.BackgroundRest = DefaultBackgroundRest
 	}
 	if cfg.BackloggedSeats <= 0 {
 		cfg.BackloggedSeats = max(1, cores/2)
@@ -756,10 +764,10 @@ func (s *seat) release() {
 	f.fm.seats.Dec()
 	l.inUse--
 	if l.lvl == Background && service > 0 && c.othersActive(f.name, now) {
-		// The realm rests backgroundRest times as long as its unit ran,
+		// The realm rests BackgroundRest times as long as its unit ran,
 		// after its rests so far; the seat is free for other realms
 		// meanwhile.
-		rest := time.Duration(backgroundRest * service * float64(time.Second))
+		rest := time.Duration(c.cfg.BackgroundRest * service * float64(time.Second))
 		f.restTill = later(f.restTill, now).Add(rest)
 		if wait := f.restTill.Add(-backgroundSlack).Sub(now); wait > 0 {
 			c.cfg.Clock.AfterFunc(wait, func() {
