@@ -51,23 +51,45 @@ export async function startAppdor(extraArgs = []) {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const log = [];
-  const proc = spawn(bin, ["serve", "--listen", `127.0.0.1:${port}`, "--database-url", dbUrl.href, "--redis-url", redisUrl, "--log-level", "warn", ...extraArgs], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
   const keep = (b) => {
     log.push(b.toString());
     if (log.length > 200) log.shift();
   };
-  proc.stdout.on("data", keep);
-  proc.stderr.on("data", keep);
-  let exited = false;
-  proc.on("exit", () => (exited = true));
+  let proc = null;
+  let exited = true;
+  const serve = () => {
+    proc = spawn(bin, ["serve", "--listen", `127.0.0.1:${port}`, "--database-url", dbUrl.href, "--redis-url", redisUrl, "--log-level", "warn", ...extraArgs], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    exited = false;
+    proc.stdout.on("data", keep);
+    proc.stderr.on("data", keep);
+    proc.on("exit", () => (exited = true));
+  };
+  const halt = async () => {
+    if (!exited) {
+      const p = proc;
+      p.kill("SIGTERM");
+      await new Promise((r) => (exited ? r() : p.once("exit", r)));
+    }
+  };
+  const ready = async () => {
+    const deadline = Date.now() + 120_000;
+    for (;;) {
+      if (exited) throw new Error("appdor serve exited:\n" + log.join(""));
+      try {
+        const r = await fetch(url + "/readyz");
+        if (r.ok) return;
+      } catch {
+        // not listening yet
+      }
+      if (Date.now() > deadline) throw new Error("appdor serve did not become ready:\n" + log.join(""));
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
 
   const stop = async () => {
-    if (!exited) {
-      proc.kill("SIGTERM");
-      await new Promise((r) => (exited ? r() : proc.once("exit", r)));
-    }
+    await halt();
     try {
       await run("psql", [adminUrl.href, "-v", "ON_ERROR_STOP=1", "-qc", `DROP DATABASE IF EXISTS "${dbName}" WITH (FORCE)`]);
     } catch (e) {
@@ -77,28 +99,27 @@ export async function startAppdor(extraArgs = []) {
   };
 
   try {
-    const deadline = Date.now() + 120_000;
-    for (;;) {
-      if (exited) throw new Error("appdor serve exited:\n" + log.join(""));
-      try {
-        const r = await fetch(url + "/readyz");
-        if (r.ok) break;
-      } catch {
-        // not listening yet
-      }
-      if (Date.now() > deadline) throw new Error("appdor serve did not become ready:\n" + log.join(""));
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    serve();
+    await ready();
   } catch (e) {
     await stop();
     throw e;
   }
 
+  /** Stops the server (SIGTERM, a graceful shutdown), runs whileDown, and starts it again on the same port and database. */
+  const restart = async (whileDown = async () => {}) => {
+    await halt();
+    await whileDown();
+    serve();
+    await ready();
+  };
+  /** Runs a statement on the server's database as its superuser, behind the server's back. */
+  const sql = (statement) => run("psql", [dbUrl.href, "-v", "ON_ERROR_STOP=1", "-qc", statement]);
   const cli = async (...args) => {
     const { stdout } = await run(bin, [...args, "--database-url", dbUrl.href, "--redis-url", redisUrl]);
     return JSON.parse(stdout.trim().split("\n").pop());
   };
-  return { url, cli, stop, log };
+  return { url, cli, stop, restart, sql, log };
 }
 
 /** A realm with one owner who can sign in, and an API token acting as that owner. */

@@ -1,9 +1,10 @@
 // Browser tests of live updates: two people of one realm on the same table,
-// each in a browser of their own; and a person of another realm, who may
-// not watch it.
+// each in a browser of their own; a person of another realm, who may not
+// watch it; and a grid that outlives its server's restart. The restart
+// test restarts the shared server, so these run last.
 import { launch, signIn } from "./lib.mjs";
 
-export function liveTests({ test, expect, watchConsole, openTable, editCell, app, realm, other, table }) {
+export function liveTests({ test, expect, watchConsole, openTable, editCell, app, realm, other, table, f }) {
   test("live: an edit in one person's grid appears in another's, and another realm may not watch", async (page) => {
     const check = watchConsole(page, [401, 404]);
     const colleague = { email: "cy@finance.example", password: realm.password };
@@ -48,6 +49,37 @@ export function liveTests({ test, expect, watchConsole, openTable, editCell, app
     } finally {
       await stranger.close();
     }
+    check();
+  });
+
+  test("live: a watching grid survives the server restarting, and shows what changed while it was down", async (page) => {
+    // While the server is down the stream's reconnects fail, and while it
+    // shuts down it answers 503: the browser logs both.
+    const check = watchConsole(page, [401, 404, 503], [/ERR_CONNECTION_REFUSED/, /ERR_EMPTY_RESPONSE/, /ERR_CONNECTION_RESET/, /ERR_INCOMPLETE_CHUNKED_ENCODING/]);
+    await signIn(page, app.url, realm);
+    await openTable(page, app.url, table.id, "Item 0017");
+    await page.locator('[data-live="live"]').waitFor();
+
+    const started = Date.now();
+    await app.restart(async () => {
+      await page.locator('[data-live="reconnecting"]').waitFor({ timeout: 10_000 });
+      // A change no event tells of: made in the database while no server
+      // runs. Only the resync after reconnecting can show it.
+      await app.sql(
+        `UPDATE rows SET cells = jsonb_set(cells, '{${f.Name}}', '"Item 0017 (while down)"'), version = version + 1, updated_at = now() ` +
+          `WHERE table_id = '${table.id}' AND cells->>'${f.Name}' = 'Item 0017'`,
+      );
+    });
+    await page.getByText("Item 0017 (while down)", { exact: true }).first().waitFor({ state: "attached", timeout: 15_000 });
+    await page.locator('[data-live="live"]').waitFor();
+    console.log(`     live: the grid was live again and showed the change made while the server was down ${Date.now() - started} ms after the restart began`);
+
+    // And it is live, not just reloaded: an edit through the API appears.
+    const found = await realm.api.get(`/api/v1/tables/${table.id}/rows?filter=${f.Name}:eq:${encodeURIComponent("Item 0018")}`);
+    expect(found.rows.length === 1, `one row named Item 0018, not ${found.rows.length}`);
+    const row = found.rows[0];
+    await realm.api.patch(`/api/v1/tables/${table.id}/rows`, { rows: [{ id: row.id, version: row.version, cells: { [f.Name]: "Item 0018 (after the restart)" } }] });
+    await page.getByText("Item 0018 (after the restart)", { exact: true }).first().waitFor({ state: "attached", timeout: 5000 });
     check();
   });
 }

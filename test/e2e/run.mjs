@@ -17,13 +17,14 @@ function expect(cond, msg) {
 
 // Console errors fail a test, except the browser's own line for an HTTP
 // error status the test provokes on purpose.
-function watchConsole(page, allowedStatuses) {
+function watchConsole(page, allowedStatuses, allowedErrors = []) {
   const errors = [];
   page.on("pageerror", (e) => errors.push("page error: " + e.message));
   page.on("console", (m) => {
     if (m.type() !== "error") return;
     const status = /status of (\d{3})/.exec(m.text());
     if (status && allowedStatuses.includes(Number(status[1]))) return;
+    if (allowedErrors.some((re) => re.test(m.text()))) return;
     errors.push("console error: " + m.text());
   });
   return () => expect(errors.length === 0, errors.join("\n"));
@@ -276,7 +277,7 @@ try {
   });
 
   automationTests({ test, expect, watchConsole, openTable, editCell, app, realm: a, table, f, shots });
-  liveTests({ test, expect, watchConsole, openTable, editCell, app, realm: a, other: b, table });
+  liveTests({ test, expect, watchConsole, openTable, editCell, app, realm: a, other: b, table, f });
 
   for (const t of tests) {
     if (only && !t.name.toLowerCase().includes(only)) continue;

@@ -2,6 +2,7 @@ import { useCallback, useEffect, useMemo, useState } from "react";
 import { Api, ApiError, type App as AppT, type Me, type Realm, type TableSummary } from "./api";
 import { messageOf } from "./messages";
 import { linkClick, navigate, usePath } from "./router";
+import { NotFound } from "./NotFound";
 import { TableView } from "./TableView";
 
 const realmKey = "appdor.realm";
@@ -171,22 +172,6 @@ function RealmPicker({ realms, onPick }: { realms: Realm[]; onPick: (id: string)
     </div>
   );
 }
-
-export function NotFound({ what }: { what: string }) {
-  return (
-    <div className="page narrow">
-      <h1>Not found</h1>
-      <p className="muted">
-        This {what} was not found, or it belongs to a realm you are not working in.{" "}
-        <a href="/" onClick={linkClick("/")}>
-          Go to your apps
-        </a>
-      </p>
-    </div>
-  );
-}
-
-export { messageOf };
 
 function Home({ api }: { api: Api }) {
   const [apps, setApps] = useState<AppT[] | null>(null);

@@ -11,14 +11,17 @@ import {
   type Rectangle,
   type Theme,
 } from "@glideapps/glide-data-grid";
-import { ApiError, type Api, type Field, type FieldType, type Row, type RowQuery, type Table, type TableSummary } from "./api";
+import { ApiError, type Api, type Field, type RowQuery, type Table } from "./api";
 import { fromCell, renderer, toCell } from "./cells";
 import { RowWindow, type WindowStatus } from "./rows";
 import { Saver, type SaverStatus } from "./saves";
-import { LiveFeed, toFetch, type LiveState } from "./live";
-import { NotFound, messageOf } from "./App";
+import { messageOf } from "./messages";
+import { NotFound } from "./NotFound";
 import { linkClick } from "./router";
 import { AutomationsPanel } from "./automations/AutomationsPanel";
+import { useFrameTick, useLiveRows, useNotices, useOwned, type EditHold } from "./table/hooks";
+import { FieldPanel, FieldsPanel, FilterPanel, HeaderMenu } from "./table/panels";
+import { LiveBadge, NoticeList, QueryChips } from "./table/parts";
 
 const theme: Partial<Theme> = {
   accentColor: "#2f6fde",
@@ -42,46 +45,6 @@ const pendingTheme: Partial<Theme> = { bgCell: "#f3f7ff", textDark: "#3d5a8a" };
 const invalidTheme: Partial<Theme> = { bgCell: "#fdecec", textDark: "#9a1c1c" };
 const conflictTheme: Partial<Theme> = { bgCell: "#fff4d6", textDark: "#6b4e00" };
 
-const typeLabels: Record<FieldType, string> = {
-  text: "Text",
-  long_text: "Long text",
-  number: "Number",
-  checkbox: "Checkbox",
-  date: "Date",
-  datetime: "Date and time",
-  single_select: "Single select",
-  multi_select: "Multi select",
-  email: "Email",
-  url: "URL",
-  link: "Link to another table",
-};
-
-const ops = ["eq", "neq", "lt", "lte", "gt", "gte", "contains", "empty", "not_empty"] as const;
-
-interface Notice {
-  id: number;
-  kind: "conflict" | "error" | "info";
-  text: string;
-  rowId?: string;
-  fieldId?: string;
-  mine?: unknown;
-}
-
-/** Re-render at most once a frame, however many changes arrive. */
-function useFrameTick(): [number, () => void] {
-  const [tick, setTick] = useState(0);
-  const queued = useRef(false);
-  const bump = useCallback(() => {
-    if (queued.current) return;
-    queued.current = true;
-    requestAnimationFrame(() => {
-      queued.current = false;
-      setTick((t) => t + 1);
-    });
-  }, []);
-  return [tick, bump];
-}
-
 export function TableView({ api, tableId, role }: { api: Api; tableId: string; role?: string }) {
   const [table, setTable] = useState<Table | null>(null);
   const [missing, setMissing] = useState(false);
@@ -89,103 +52,57 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
   const [tick, bump] = useFrameTick();
   const [winStatus, setWinStatus] = useState<WindowStatus>({ kind: "idle" });
   const [saveStatus, setSaveStatus] = useState<SaverStatus>({ kind: "idle" });
-  const [notices, setNotices] = useState<Notice[]>([]);
+  const { notices, notify, dismiss } = useNotices();
   const [selection, setSelection] = useState<GridSelection>({ columns: CompactSelection.empty(), rows: CompactSelection.empty() });
   const [menu, setMenu] = useState<{ field: Field; x: number; y: number } | null>(null);
   const [panel, setPanel] = useState<"field" | "filter" | "fields" | "automations" | null>(null);
   const [widths, setWidths] = useState<Record<string, number>>({});
-  const [live, setLive] = useState<LiveState>("connecting");
-  const noticeSeq = useRef(0);
-
-  const notify = useCallback((n: Omit<Notice, "id">) => {
-    const id = ++noticeSeq.current;
-    setNotices((ns) => [...ns.filter((x) => !(n.rowId && x.rowId === n.rowId && x.fieldId === n.fieldId)), { ...n, id }].slice(-5));
-    if (n.kind === "info") setTimeout(() => setNotices((ns) => ns.filter((x) => x.id !== id)), 5000);
-  }, []);
 
   const loadTable = useCallback(async () => {
     try {
       setTable(await api.table(tableId));
     } catch (e) {
-      if (e instanceof ApiError && (e.status === 404 || e.status === 403)) setMissing(true);
+      if (isMissing(e)) setMissing(true);
       else notify({ kind: "error", text: messageOf(e) });
     }
   }, [api, tableId, notify]);
   useEffect(() => void loadTable(), [loadTable]);
 
   // The rows: one window per query; a new sort, filter or search starts afresh.
-  const win = useMemo(
-    () =>
-      new RowWindow({
-        fetchPage: (cursor, limit, signal) => api.rows(tableId, query, cursor, limit, signal),
-        pageSize: 500,
-        maxPages: 8,
-        onChange: bump,
-        onStatus: setWinStatus,
-      }),
-    [api, tableId, query, bump],
-  );
+  const win = useOwned(() => {
+    const w = new RowWindow({
+      fetchPage: (cursor, limit, signal) => api.rows(tableId, query, cursor, limit, signal),
+      pageSize: 500,
+      maxPages: 8,
+      onChange: bump,
+      onStatus: setWinStatus,
+    });
+    void w.setView(0, 60);
+    return w;
+  }, [api, tableId, query, bump]);
   const winRef = useRef(win);
   winRef.current = win;
   useEffect(() => {
-    void win.setView(0, 60);
-    return () => win.close();
-  }, [win]);
-  useEffect(() => {
-    if (winStatus.kind === "error" && /not found/i.test(winStatus.message)) setMissing(true);
+    if (winStatus.kind === "error" && (winStatus.status === 404 || winStatus.status === 403)) setMissing(true);
   }, [winStatus]);
 
-  // Live updates: rows changed elsewhere refresh in place (only those the
-  // window holds, in one request), new rows appear when the end is loaded,
-  // deleted ones go; a resync reloads the fields and the rows. The row being
-  // edited is not changed under the cursor: its news waits for the edit to end.
-  const editingRow = useRef<string | null>(null);
-  const deferred = useRef(new Map<string, Row>());
-  useEffect(() => {
-    const feed = new LiveFeed(api.eventsUrl(tableId), {
-      onState: setLive,
-      onRows: (e) => {
-        const w = winRef.current;
-        if (e.deleted?.length) w.remove(e.deleted);
-        for (const ids of toFetch(e, (id) => w.byID(id) !== undefined)) {
-          api
-            .rowsByIds(tableId, ids)
-            .then((page) => {
-              const fresh: Row[] = [];
-              for (const row of page.rows) {
-                const held = w.byID(row.id);
-                if (held && held.version >= row.version) continue;
-                if (editingRow.current === row.id) {
-                  deferred.current.set(row.id, row);
-                  notify({ kind: "info", rowId: row.id, text: "Someone else changed the row you are editing; it shows their change when you finish." });
-                } else if (held) w.update(row);
-                else fresh.push(row);
-              }
-              if (fresh.length) w.append(fresh);
-            })
-            .catch(() => {
-              /* the next event, or a resync, brings it */
-            });
-        }
-      },
-      onResync: () => {
-        void loadTable();
-        setQuery((q) => ({ ...q })); // a new window: the rows afresh
-      },
-    });
-    return () => feed.close();
-  }, [api, tableId, loadTable, notify]);
+  // Live updates; a resync reloads the fields and the rows.
+  const hold = useRef<EditHold>({ row: null, news: new Map() }).current;
+  const live = useLiveRows(api, tableId, win, hold, notify, () => {
+    void loadTable();
+    setQuery((q) => ({ ...q })); // a new window: the rows afresh
+  });
 
   const fields = useMemo(() => [...(table?.fields ?? [])].sort((a, b) => a.position - b.position), [table]);
   const fieldsRef = useRef(fields);
   fieldsRef.current = fields;
 
-  const saver = useMemo(
+  const saver = useOwned(
     () =>
       new Saver({
         patch: async (rows) => (await api.patchRows(tableId, rows)).rows,
         getRow: (id) => api.row(tableId, id),
-        onSaved: (row) => winRef.current.update(row),
+        onSaved: (row) => winRef.current?.update(row),
         onChange: bump,
         onStatus: setSaveStatus,
         onInvalid: (rowId, fid, value, message) => {
@@ -215,11 +132,10 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
       }),
     [api, tableId, bump, notify],
   );
-  useEffect(() => () => saver.close(), [saver]);
 
   useEffect(() => {
     const warn = (e: BeforeUnloadEvent) => {
-      if (saver.hasUnsaved && saveStatus.kind !== "idle") {
+      if (saver?.hasUnsaved && saveStatus.kind !== "idle") {
         e.preventDefault();
         e.returnValue = "";
       }
@@ -231,7 +147,7 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
   // Mark the moment the first rows are on screen, for the speed test.
   const marked = useRef(false);
   useEffect(() => {
-    if (!marked.current && table && win.knownRows > 0) {
+    if (!marked.current && table && win && win.knownRows > 0) {
       marked.current = true;
       requestAnimationFrame(() => performance.mark("appdor:first-rows"));
     }
@@ -250,10 +166,10 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
 
   const getCellContent = useCallback(
     ([col, row]: Item): GridCell => {
-      const r = win.get(row);
+      const r = win?.get(row);
       const f = fields[col];
       if (!r || !f) return { kind: GridCellKind.Loading, allowOverlay: false };
-      const mark = saver.cell(r.id, f.id);
+      const mark = saver?.cell(r.id, f.id);
       if (!mark) return toCell(f, r.cells[f.id], false);
       if (mark.kind === "conflict") return { ...toCell(f, r.cells[f.id], false), themeOverride: conflictTheme };
       return { ...toCell(f, mark.value, false), themeOverride: mark.kind === "invalid" ? invalidTheme : pendingTheme };
@@ -265,9 +181,9 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
 
   const onCellEdited = useCallback(
     ([col, row]: Item, value: EditableGridCell) => {
-      const r = win.get(row);
+      const r = win?.get(row);
       const f = fields[col];
-      if (!r || !f) return;
+      if (!r || !f || !saver) return;
       saver.edit(r.id, r.version, f.id, fromCell(f, value));
     },
     [win, saver, fields],
@@ -287,36 +203,36 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
     [onCellEdited],
   );
   const onCellActivated = useCallback(([, row]: Item) => {
-    editingRow.current = win.get(row)?.id ?? null;
-  }, [win]);
+    hold.row = win?.get(row)?.id ?? null;
+  }, [win, hold]);
   const onFinishedEditing = useCallback(
     (value: GridCell | undefined) => {
-      const editing = editingRow.current;
-      editingRow.current = null;
-      const news = editing ? deferred.current.get(editing) : undefined;
+      const editing = hold.row;
+      hold.row = null;
+      const news = editing ? hold.news.get(editing) : undefined;
       if (news) {
-        deferred.current.delete(editing!);
-        queueMicrotask(() => win.update(news)); // after the edit is queued with the version it was made on
+        hold.news.delete(editing!);
+        queueMicrotask(() => winRef.current?.update(news)); // after the edit is queued with the version it was made on
       }
       const was = reported.current;
       reported.current = undefined;
       const at = selection.current?.cell;
       if (value === undefined || was === value || !at || value.kind === GridCellKind.Loading) return;
       if ("readonly" in value && value.readonly) return;
-      const r = win.get(at[1]);
+      const r = win?.get(at[1]);
       const f = fields[at[0]];
       if (!r || !f || JSON.stringify(fromCell(f, value) ?? null) === JSON.stringify(r.cells[f.id] ?? null)) return;
       onCellEdited(at, value as EditableGridCell);
     },
-    [onCellEdited, selection, win, fields],
+    [onCellEdited, selection, win, fields, hold],
   );
 
-  const onVisible = useCallback((range: Rectangle) => void win.setView(range.y, range.y + range.height), [win]);
+  const onVisible = useCallback((range: Rectangle) => void win?.setView(range.y, range.y + range.height), [win]);
 
   const selectedIds = useMemo(() => {
     const ids: string[] = [];
     for (const i of selection.rows.toArray()) {
-      const r = win.get(i);
+      const r = win?.get(i);
       if (r) ids.push(r.id);
     }
     return ids;
@@ -327,9 +243,9 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
   const focused = selection.current?.cell;
   const focusedMark = useMemo(() => {
     if (!focused) return undefined;
-    const r = win.get(focused[1]);
+    const r = win?.get(focused[1]);
     const f = fields[focused[0]];
-    return r && f ? saver.cell(r.id, f.id) : undefined;
+    return r && f ? saver?.cell(r.id, f.id) : undefined;
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [focused, win, saver, fields, tick]);
 
@@ -344,7 +260,7 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
   const addRow = () =>
     run(async () => {
       const { rows } = await api.createRows(tableId, [{ cells: {} }]);
-      if (!win.append(rows)) notify({ kind: "info", text: "Row added at the end of the table." });
+      if (!winRef.current?.append(rows)) notify({ kind: "info", text: "Row added at the end of the table." });
     });
 
   const deleteRows = () =>
@@ -352,7 +268,7 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
       if (selectedIds.length === 0) return;
       if (!confirm(`Delete ${selectedIds.length} row${selectedIds.length === 1 ? "" : "s"}? This cannot be undone.`)) return;
       await api.deleteRows(tableId, selectedIds);
-      win.remove(selectedIds);
+      winRef.current?.remove(selectedIds);
       setSelection({ columns: CompactSelection.empty(), rows: CompactSelection.empty() });
     });
 
@@ -396,9 +312,6 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
 
   if (missing) return <NotFound what="table" />;
 
-  const sortField = query.sort ? fields.find((f) => f.id === query.sort!.replace(/^-/, "")) : undefined;
-  const fieldName = (id: string) => fields.find((f) => f.id === id)?.name ?? id;
-
   return (
     <div className="table-view">
       <div className="toolbar">
@@ -408,9 +321,7 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
           </a>
           <span aria-hidden>/</span>
           <h1>{table?.name ?? "…"}</h1>
-          <span className={"live live-" + live} data-live={live} role="status" aria-label={"Live updates: " + live} title={liveTitle[live]}>
-            {live === "live" ? "● Live" : live === "connecting" ? "Connecting…" : "Reconnecting…"}
-          </span>
+          <LiveBadge state={live} />
         </div>
         <input className="search" type="search" placeholder="Search rows" aria-label="Search rows" value={search} onChange={(e) => setSearch(e.target.value)} />
         <select
@@ -457,30 +368,7 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
         </button>
       </div>
 
-      {(sortField || query.filter?.length || query.q) && (
-        <div className="chips">
-          {sortField && (
-            <span className="chip">
-              Sorted by {sortField.name} {query.sort!.startsWith("-") ? "↓" : "↑"}
-              <button aria-label="Remove sort" onClick={() => setQuery((q) => ({ ...q, sort: undefined }))}>
-                ×
-              </button>
-            </span>
-          )}
-          {query.filter?.map((f) => {
-            const [fid, op, ...v] = f.split(":");
-            return (
-              <span className="chip" key={f}>
-                {fieldName(fid)} {op.replace("_", " ")} {v.join(":")}
-                <button aria-label="Remove filter" onClick={() => setQuery((q) => ({ ...q, filter: q.filter?.filter((x) => x !== f) }))}>
-                  ×
-                </button>
-              </span>
-            );
-          })}
-          {query.q && <span className="chip">Search: {query.q}</span>}
-        </div>
-      )}
+      <QueryChips query={query} fields={fields} onChange={setQuery} />
 
       {panel === "filter" && <FilterPanel fields={fields} onAdd={(f) => (setQuery((q) => ({ ...q, filter: [...(q.filter ?? []), f] })), setPanel(null))} onClose={() => setPanel(null)} />}
       {panel === "field" && table && (
@@ -509,7 +397,7 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
       )}
 
       <div className="grid-wrap">
-        {table && (
+        {table && win && (
           <DataEditor
             width="100%"
             height="100%"
@@ -562,8 +450,8 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
 
       <footer className="statusbar" aria-live="polite">
         <span>
-          {win.knownRows.toLocaleString()} row{win.knownRows === 1 ? "" : "s"}
-          {win.hasMore ? " loaded · more below" : ""}
+          {(win?.knownRows ?? 0).toLocaleString()} row{win?.knownRows === 1 ? "" : "s"}
+          {win?.hasMore ? " loaded · more below" : ""}
         </span>
         <span className="status-load">{loadText(winStatus)}</span>
         <span className="spacer" />
@@ -572,38 +460,22 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
       </footer>
 
       <div className="notices" role="status">
-        {notices.map((n) => (
-          <div key={n.id} className={"notice " + n.kind}>
-            <p>{n.text}</p>
-            <div className="notice-actions">
-              {n.kind === "conflict" && n.rowId && n.fieldId && (
-                <button
-                  className="btn small primary"
-                  onClick={() => {
-                    const r = win.byID(n.rowId!);
-                    saver.edit(n.rowId!, r?.version ?? 0, n.fieldId!, n.mine);
-                    setNotices((ns) => ns.filter((x) => x.id !== n.id));
-                  }}
-                >
-                  Use mine
-                </button>
-              )}
-              <button
-                className="btn small"
-                onClick={() => {
-                  if (n.rowId && n.fieldId) saver.dismiss(n.rowId, n.fieldId);
-                  setNotices((ns) => ns.filter((x) => x.id !== n.id));
-                }}
-              >
-                {n.kind === "conflict" ? "Keep theirs" : "Dismiss"}
-              </button>
-            </div>
-          </div>
-        ))}
+        <NoticeList
+          notices={notices}
+          onUseMine={(n) => {
+            const r = win?.byID(n.rowId!);
+            saver?.edit(n.rowId!, r?.version ?? 0, n.fieldId!, n.mine);
+            dismiss(n.id);
+          }}
+          onDismiss={(n) => {
+            if (n.rowId && n.fieldId) saver?.dismiss(n.rowId, n.fieldId);
+            dismiss(n.id);
+          }}
+        />
         {winStatus.kind === "error" && !missing && (
           <div className="notice error">
             <p>Rows could not be loaded: {winStatus.message}</p>
-            <button className="btn small" onClick={() => void win.retry()}>
+            <button className="btn small" onClick={() => void win?.retry()}>
               Retry
             </button>
           </div>
@@ -612,12 +484,6 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
     </div>
   );
 }
-
-const liveTitle: Record<LiveState, string> = {
-  connecting: "Connecting to live updates",
-  live: "Other people's edits appear as they are made",
-  reconnecting: "Live updates lost; reconnecting (the table reloads when they are back)",
-};
 
 function show(v: unknown): string {
   if (v === null || v === undefined || v === "") return "(empty)";
@@ -635,7 +501,7 @@ function loadText(s: WindowStatus): string {
   }
 }
 
-function saveText(s: SaverStatus, saver: Saver): string {
+function saveText(s: SaverStatus, saver: Saver | null): string {
   switch (s.kind) {
     case "saving":
       return "Saving…";
@@ -646,194 +512,11 @@ function saveText(s: SaverStatus, saver: Saver): string {
     case "error":
       return `Not saved: ${s.message}`;
     default:
-      return saver.hasUnsaved ? "Some changes need your attention" : "All changes saved";
+      return saver?.hasUnsaved ? "Some changes need your attention" : "All changes saved";
   }
 }
 
-function HeaderMenu(p: { field: Field; x: number; y: number; onClose: () => void; onSort: (desc: boolean) => void; onRename: (n: string) => void; onDelete: () => void }) {
-  const [name, setName] = useState(p.field.name);
-  const ref = useRef<HTMLDivElement>(null);
-  useEffect(() => {
-    const away = (e: MouseEvent) => ref.current && !ref.current.contains(e.target as Node) && p.onClose();
-    const esc = (e: KeyboardEvent) => e.key === "Escape" && p.onClose();
-    setTimeout(() => addEventListener("mousedown", away));
-    addEventListener("keydown", esc);
-    return () => (removeEventListener("mousedown", away), removeEventListener("keydown", esc));
-  }, [p]);
-  return (
-    <div ref={ref} className="menu card" style={{ left: Math.min(p.x, innerWidth - 260), top: p.y }} role="menu">
-      <div className="menu-title">
-        {p.field.name} <span className="muted">{typeLabels[p.field.type]}</span>
-      </div>
-      <button role="menuitem" onClick={() => p.onSort(false)}>
-        Sort ascending
-      </button>
-      <button role="menuitem" onClick={() => p.onSort(true)}>
-        Sort descending
-      </button>
-      <form
-        className="inline-form"
-        onSubmit={(e) => {
-          e.preventDefault();
-          if (name.trim() && name.trim() !== p.field.name) p.onRename(name.trim());
-        }}
-      >
-        <input value={name} aria-label="Field name" onChange={(e) => setName(e.target.value)} />
-        <button className="btn small" type="submit">
-          Rename
-        </button>
-      </form>
-      <button role="menuitem" className="danger-text" onClick={p.onDelete}>
-        Delete field
-      </button>
-    </div>
-  );
-}
-
-function FilterPanel({ fields, onAdd, onClose }: { fields: Field[]; onAdd: (f: string) => void; onClose: () => void }) {
-  const [field, setField] = useState(fields[0]?.id ?? "");
-  const [op, setOp] = useState<string>("contains");
-  const [value, setValue] = useState("");
-  const needsValue = op !== "empty" && op !== "not_empty";
-  return (
-    <form
-      className="panel card"
-      onSubmit={(e) => {
-        e.preventDefault();
-        if (field) onAdd(`${field}:${op}:${needsValue ? value : ""}`);
-      }}
-    >
-      <select value={field} onChange={(e) => setField(e.target.value)} aria-label="Filter field">
-        {fields.map((f) => (
-          <option key={f.id} value={f.id}>
-            {f.name}
-          </option>
-        ))}
-      </select>
-      <select value={op} onChange={(e) => setOp(e.target.value)} aria-label="Filter operator">
-        {ops.map((o) => (
-          <option key={o} value={o}>
-            {o.replace("_", " ")}
-          </option>
-        ))}
-      </select>
-      {needsValue && <input value={value} onChange={(e) => setValue(e.target.value)} aria-label="Filter value" placeholder="Value" />}
-      <button className="btn primary small" type="submit">
-        Add filter
-      </button>
-      <button className="btn ghost small" type="button" onClick={onClose}>
-        Cancel
-      </button>
-    </form>
-  );
-}
-
-function FieldPanel({ api, appId, onCreate, onClose }: { api: Api; appId: string; onCreate: (f: Omit<Field, "id" | "position">) => void; onClose: () => void }) {
-  const [name, setName] = useState("");
-  const [type, setType] = useState<FieldType>("text");
-  const [choices, setChoices] = useState("");
-  const [precision, setPrecision] = useState("");
-  const [linkTable, setLinkTable] = useState("");
-  const [tables, setTables] = useState<TableSummary[]>([]);
-  useEffect(() => {
-    if (type === "link")
-      api.tables(appId).then(
-        (t) => (setTables(t.tables), setLinkTable((x) => x || t.tables[0]?.id || "")),
-        () => setTables([]),
-      );
-  }, [api, appId, type]);
-  return (
-    <form
-      className="panel card"
-      onSubmit={(e) => {
-        e.preventDefault();
-        const options: Field["options"] = {};
-        if (type === "single_select" || type === "multi_select") options.choices = choices.split(",").map((c) => c.trim()).filter(Boolean);
-        if (type === "number" && precision !== "") options.precision = Number(precision);
-        if (type === "link") options.table = linkTable;
-        if (name.trim()) onCreate({ name: name.trim(), type, options });
-      }}
-    >
-      <input autoFocus value={name} onChange={(e) => setName(e.target.value)} placeholder="Field name" aria-label="Field name" />
-      <select value={type} onChange={(e) => setType(e.target.value as FieldType)} aria-label="Field type">
-        {Object.entries(typeLabels).map(([t, l]) => (
-          <option key={t} value={t}>
-            {l}
-          </option>
-        ))}
-      </select>
-      {(type === "single_select" || type === "multi_select") && (
-        <input value={choices} onChange={(e) => setChoices(e.target.value)} placeholder="Choices, comma separated" aria-label="Choices" />
-      )}
-      {type === "number" && <input value={precision} onChange={(e) => setPrecision(e.target.value)} placeholder="Decimals" aria-label="Decimals" type="number" min={0} max={10} />}
-      {type === "link" && (
-        <select value={linkTable} onChange={(e) => setLinkTable(e.target.value)} aria-label="Linked table">
-          {tables.map((t) => (
-            <option key={t.id} value={t.id}>
-              {t.name}
-            </option>
-          ))}
-        </select>
-      )}
-      <button className="btn primary small" type="submit">
-        Create field
-      </button>
-      <button className="btn ghost small" type="button" onClick={onClose}>
-        Cancel
-      </button>
-    </form>
-  );
-}
-
-/** Fields by keyboard as well as by the column menu: rename, move, delete. */
-function FieldsPanel(p: {
-  fields: Field[];
-  onRename: (f: Field, name: string) => void;
-  onMove: (from: number, to: number) => void;
-  onDelete: (f: Field) => void;
-  onClose: () => void;
-}) {
-  return (
-    <div className="panel card fields-panel">
-      <ul>
-        {p.fields.map((f, i) => (
-          <li key={f.id}>
-            <FieldRow field={f} onRename={(n) => p.onRename(f, n)} />
-            <span className="muted small">{typeLabels[f.type]}</span>
-            <button className="btn small ghost" disabled={i === 0} onClick={() => p.onMove(i, i - 1)} aria-label={`Move ${f.name} left`}>
-              ←
-            </button>
-            <button className="btn small ghost" disabled={i === p.fields.length - 1} onClick={() => p.onMove(i, i + 1)} aria-label={`Move ${f.name} right`}>
-              →
-            </button>
-            <button className="btn small ghost danger" onClick={() => p.onDelete(f)} aria-label={`Delete ${f.name}`}>
-              Delete
-            </button>
-          </li>
-        ))}
-      </ul>
-      <button className="btn ghost small" type="button" onClick={p.onClose}>
-        Close
-      </button>
-    </div>
-  );
-}
-
-function FieldRow({ field, onRename }: { field: Field; onRename: (n: string) => void }) {
-  const [name, setName] = useState(field.name);
-  useEffect(() => setName(field.name), [field.name]);
-  return (
-    <form
-      className="inline-form"
-      onSubmit={(e) => {
-        e.preventDefault();
-        if (name.trim() && name.trim() !== field.name) onRename(name.trim());
-      }}
-    >
-      <input value={name} onChange={(e) => setName(e.target.value)} aria-label={`Name of ${field.name}`} />
-      <button className="btn small" type="submit" disabled={!name.trim() || name.trim() === field.name}>
-        Rename
-      </button>
-    </form>
-  );
+/** A table that is not there, or not in this realm (RLS answers 404 for another realm's). */
+function isMissing(e: unknown): boolean {
+  return e instanceof ApiError && (e.status === 404 || e.status === 403);
 }

@@ -53,10 +53,14 @@ describe("live", () => {
     expect(rows).toEqual([{ updated: ["a"] }]);
     expect(resyncs).toEqual(["fields"]);
 
-    // A dropped connection the browser retries itself: reconnecting, no new source.
+    // A dropped connection the browser retries itself: reconnecting, no new
+    // source, and a resync once it is back (events may have passed).
     made[0].onerror?.(new Event("error"));
     expect(states.at(-1)).toBe("reconnecting");
     expect(made).toHaveLength(1);
+    made[0].emit("hello");
+    expect(states.at(-1)).toBe("live");
+    expect(resyncs).toEqual(["fields", "reconnect"]);
 
     // An HTTP error closes the source: a new one after the back-off, then a resync.
     made[0].readyState = 2;
@@ -65,7 +69,7 @@ describe("live", () => {
     expect(made).toHaveLength(2);
     made[1].emit("hello");
     expect(states.at(-1)).toBe("live");
-    expect(resyncs).toEqual(["fields", "reconnect"]);
+    expect(resyncs).toEqual(["fields", "reconnect", "reconnect"]);
     feed.close();
     expect(made[1].closed).toBe(true);
   });

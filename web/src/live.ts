@@ -35,7 +35,7 @@ export class LiveFeed {
   private attempt = 0;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private closed = false;
-  private fresh = false; // the source was made anew after a failure: resync on hello
+  private fresh = false; // the connection was lost: resync on hello
 
   constructor(
     private readonly url: string,
@@ -77,9 +77,11 @@ export class LiveFeed {
     src.onerror = () => {
       if (this.closed) return;
       this.h.onState("reconnecting");
+      // Whoever reconnects, events may have passed meanwhile (a restarted
+      // server remembers none of them): resync on the next hello.
+      this.fresh = true;
       if (src.readyState !== 2 /* CLOSED */) return; // the browser retries by itself
       src.close();
-      this.fresh = true;
       this.timer = setTimeout(() => this.connect(), backoffMs(this.attempt++));
     };
   }

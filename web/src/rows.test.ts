@@ -111,7 +111,7 @@ describe("RowWindow", () => {
       },
     });
     await w.setView(0, 10);
-    expect(w.status).toEqual({ kind: "error", message: "table not found" });
+    expect(w.status).toEqual({ kind: "error", message: "table not found", status: 404 });
     expect(w.get(0)).toBeUndefined();
     fail = false;
     await w.retry();

@@ -24,7 +24,7 @@ export type WindowStatus =
   | { kind: "idle" }
   | { kind: "loading" }
   | { kind: "waiting"; retryInMs: number; reason: string }
-  | { kind: "error"; message: string };
+  | { kind: "error"; message: string; status?: number }; // status: the API's, when it answered
 
 interface Page {
   cursor: string | null; // where the page starts
@@ -246,7 +246,7 @@ export class RowWindow {
       .catch((e: unknown) => {
         if (this.abort.signal.aborted) return;
         p.failed = true;
-        this.setStatus({ kind: "error", message: e instanceof Error ? e.message : String(e) });
+        this.setStatus({ kind: "error", message: e instanceof Error ? e.message : String(e), status: e instanceof ApiError ? e.status : undefined });
         this.o.onChange?.();
       })
       .finally(() => {
