@@ -87,7 +87,7 @@ export function TableView({ api, tableId, role }: { api: Api; tableId: string; r
   }, [winStatus]);
 
   // Live updates; a resync reloads the fields and the rows.
-  const hold = useRef<EditHold>({ row: null, news: new Map() }).current;
+  const [hold] = useState<EditHold>(() => ({ row: null, news: new Map() }));
   const live = useLiveRows(api, tableId, win, hold, notify, () => {
     void loadTable();
     setQuery((q) => ({ ...q })); // a new window: the rows afresh
