@@ -101,10 +101,10 @@ const (
 	// interactive work is active: a third of one core for a 100,000-row
 	// import. Resting as long as it ran, the reader beside it measured
 	// ×3.06 and ×2.53 its baseline p99 (the import took 32-39 s); resting
-	// twice as long, ×1.42,
-	// ×2.10 and ×1.88 (50-56 s). The realm rests, not the seat: when the seat
-	// rested, a quiet realm's automations waited out every rest of a storming
-	// realm's and fell 114 s behind in a 45 s automation storm.
+	// twice as long, ×1.42, ×2.10 and ×1.88 (50-56 s). The realm rests,
+	// not the seat: when the seat rested, a quiet realm's automations waited
+	// out every rest of a storming realm's and fell 114 s behind in a 45 s
+	// automation storm.
 	DefaultBackgroundRest = 2
 	// backgroundSlack is how far a realm's background work may run ahead of
 	// its rests, so that a light realm's few short units (an automation's
