@@ -61,6 +61,15 @@ func (h *Handler) rowsChanged(ctx context.Context, tx pgx.Tx, realm, table uuid.
 	for i, r := range rows {
 		refs[i] = RowRef{ID: r.ID, Version: r.Version}
 	}
+	return h.refsChanged(ctx, tx, realm, table, event, refs, fields)
+}
+
+// refsChanged is rowsChanged for a writer that has only the rows' ids and
+// versions.
+func (h *Handler) refsChanged(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID, event string, refs []RowRef, fields []string) error {
+	if h.Events == nil && h.Live == nil || len(refs) == 0 {
+		return nil
+	}
 	change := Change{Event: event, Rows: refs, Fields: fields}
 	if h.Live != nil {
 		AfterCommit(ctx, func() { h.Live.TableChanged(realm, table, change) })

@@ -128,21 +128,33 @@ func validateBatch(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, in
 	return out, nil
 }
 
-// insertRows writes validated rows and returns them as stored.
-func insertRows(ctx context.Context, tx pgx.Tx, realm, tableID uuid.UUID, cells [][]byte) ([]Row, error) {
-	ids := make([]uuid.UUID, len(cells))
+// insertSQL writes a batch of rows given as parallel arrays of ids and cells,
+// in the batch's order; its caller names what comes back.
+const insertSQL = `INSERT INTO rows (realm_id, id, table_id, cells)
+	SELECT $1, id, $2, cells FROM unnest($3::uuid[], $4::jsonb[]) WITH ORDINALITY AS r(id, cells, n)
+	ORDER BY n
+	RETURNING `
+
+// newRowIDs makes a batch's row ids. UUIDv7s made in one process increase,
+// so id order is the batch's order.
+func newRowIDs(n int) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, n)
 	for i := range ids {
 		var err error
 		if ids[i], err = uuid.NewV7(); err != nil {
 			return nil, err
 		}
 	}
-	rows, err := tx.Query(ctx,
-		`INSERT INTO rows (realm_id, id, table_id, cells)
-		 SELECT $1, id, $2, cells FROM unnest($3::uuid[], $4::jsonb[]) WITH ORDINALITY AS r(id, cells, n)
-		 ORDER BY n
-		 RETURNING id, version, cells, created_at, updated_at`,
-		realm, tableID, ids, cells)
+	return ids, nil
+}
+
+// insertRows writes validated rows and returns them as stored.
+func insertRows(ctx context.Context, tx pgx.Tx, realm, tableID uuid.UUID, cells [][]byte) ([]Row, error) {
+	ids, err := newRowIDs(len(cells))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, insertSQL+`id, version, cells, created_at, updated_at`, realm, tableID, ids, cells)
 	if err != nil {
 		return nil, err
 	}
@@ -152,8 +164,29 @@ func insertRows(ctx context.Context, tx pgx.Tx, realm, tableID uuid.UUID, cells 
 		out = append(out, r)
 		return nil
 	})
-	// UUIDv7s made in one process increase, so id order is the batch's order.
 	slices.SortFunc(out, func(a, b Row) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	return out, err
+}
+
+// insertRowRefs writes validated rows and returns only their ids and
+// versions, for a writer that does not answer with the rows (an import):
+// decoding a thousand rows' cells back is most of a batch's own CPU.
+func insertRowRefs(ctx context.Context, tx pgx.Tx, realm, tableID uuid.UUID, cells [][]byte) ([]RowRef, error) {
+	ids, err := newRowIDs(len(cells))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, insertSQL+`id, version`, realm, tableID, ids, cells)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RowRef, 0, len(cells))
+	var r RowRef
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Version}, func() error {
+		out = append(out, r)
+		return nil
+	})
+	slices.SortFunc(out, func(a, b RowRef) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 	return out, err
 }
 
