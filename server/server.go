@@ -66,6 +66,12 @@ type Config struct {
 	// UnauthenticatedBurst is how many of those may come at once; 0 for
 	// limiter.DefaultUnauthenticatedBurst (or twice a rate that is set).
 	UnauthenticatedBurst int
+	// LookupTimeout bounds a credential lookup the server cannot answer from
+	// memory; 0 for tenancy.DefaultLookupTimeout.
+	LookupTimeout time.Duration
+	// RelookupConcurrency is how many known credentials whose cache entry
+	// expired are looked up at once; 0 is half the cores.
+	RelookupConcurrency int
 	// LoginAddressPerMinute and LoginAccountPerMinute are the ceilings on
 	// sign-in attempts per client address and per account; 0 for
 	// limiter.DefaultLoginAddressPerMinute and DefaultLoginAccountPerMinute,

@@ -15,12 +15,12 @@ import (
 // is authenticated: a credential the server does not know is charged to its
 // client's address (the limiter's unauthenticated ceiling, in Redis), and its
 // lookup runs under a seat of the fairness controller's unauthenticated flow,
-// within tenancy.DefaultLookupTimeout (seat, pool connection and statement
-// together). Known credentials pass neither; unknown ones are answered 401
+// within the lookup timeout (seat, pool connection and statement together). Known credentials pass neither; unknown ones are answered 401
 // from memory for a while. Call it after the limiter and the controller are
 // built.
 func (a *App) guardLookups() {
-	g := tenancy.Guard{Gate: a.unauthenticatedGate()}
+	g := tenancy.Guard{Gate: a.unauthenticatedGate(), Timeout: a.cfg.LookupTimeout,
+		Relookups: a.cfg.RelookupConcurrency, Log: a.log, Registerer: a.metrics}
 	perSecond, burst := 0, 0
 	if a.limiter != nil {
 		perSecond, burst = a.limiter.UnauthenticatedLimit()

@@ -3,7 +3,11 @@ package tenancy
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"runtime"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/labstack/echo/v4"
 
@@ -34,19 +38,98 @@ const DefaultLookupTimeout = time.Second
 // credential is known — answered from the token cache, or authenticated
 // lately — pass neither Screen nor Gate; credentials found unknown are
 // answered 401 from memory for UnknownCredentialTTL.
+//
+// A known credential whose cache entry expired is looked up again without the
+// Gate, but only Relookups at a time. Both bounds refuse with 503 unavailable,
+// and each has a flag, a metric and a log line of its name: lookup_timeout
+// (the lookup took longer than Timeout) and relookup_concurrency (no slot for
+// a known credential's lookup freed within Timeout).
 type Guard struct {
-	Screen  Screen        // nil: no per-address ceiling
-	Gate    Gate          // nil: no seat is taken
-	Timeout time.Duration // 0 for DefaultLookupTimeout
+	Screen    Screen        // nil: no per-address ceiling
+	Gate      Gate          // nil: no seat is taken
+	Timeout   time.Duration // 0 for DefaultLookupTimeout
+	Relookups int           // 0 for half the cores (at least one)
+
+	// Log and Registerer receive the lookup_timeout and relookup_concurrency
+	// refusals; nil for none.
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
 }
 
-// SetGuard puts g in front of the credential lookups. Call it before the
-// service serves requests.
+// Flags of the guard's bounds, and the names of their metrics and log lines.
+const (
+	LookupTimeoutFlag       = "lookup_timeout"
+	RelookupConcurrencyFlag = "relookup_concurrency"
+)
+
+// guardRefusals counts and logs the guard's own refusals.
+type guardRefusals struct {
+	timeouts, relookups prometheus.Counter
+	log                 *slog.Logger
+	timeoutLog          appdor.EveryInterval
+	relookupLog         appdor.EveryInterval
+}
+
+// guardLogInterval is how often each refusal line may be written.
+const guardLogInterval = 10 * time.Second
+
+func newGuardRefusals(g Guard) *guardRefusals {
+	r := &guardRefusals{
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appdor_lookup_timeout_refused_total",
+			Help: "Credential lookups answered 503 because they took longer than lookup_timeout (seat, pool connection and statement together).",
+		}),
+		relookups: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appdor_relookup_concurrency_refused_total",
+			Help: "Lookups of known credentials whose cache entry expired answered 503 because no relookup_concurrency slot freed within lookup_timeout.",
+		}),
+		log:         g.Log,
+		timeoutLog:  appdor.EveryInterval{Interval: guardLogInterval},
+		relookupLog: appdor.EveryInterval{Interval: guardLogInterval},
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if g.Registerer != nil {
+		g.Registerer.MustRegister(r.timeouts, r.relookups)
+	}
+	return r
+}
+
+// timedOut counts a lookup_timeout refusal and logs it at most every ten
+// seconds, with the refusals the line stands for.
+func (r *guardRefusals) timedOut(timeout time.Duration) {
+	r.timeouts.Inc()
+	if ok, n := r.timeoutLog.Take(time.Now()); ok {
+		r.log.Warn(LookupTimeoutFlag+": credential lookups took too long and were answered 503",
+			slog.Int64("refused", n), slog.Duration(LookupTimeoutFlag, timeout))
+	}
+}
+
+// noSlot counts a relookup_concurrency refusal and logs it likewise.
+func (r *guardRefusals) noSlot(slots int) {
+	r.relookups.Inc()
+	if ok, n := r.relookupLog.Take(time.Now()); ok {
+		r.log.Warn(RelookupConcurrencyFlag+": lookups of known credentials found no slot in time and were answered 503",
+			slog.Int64("refused", n), slog.Int(RelookupConcurrencyFlag, slots))
+	}
+}
+
+// defaultRelookups is the relookup slots of a Guard that names none.
+func defaultRelookups() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+
+// SetGuard puts g in front of the credential lookups. Call it once, before
+// the service serves requests.
 func (s *Service) SetGuard(g Guard) {
 	if g.Timeout <= 0 {
 		g.Timeout = DefaultLookupTimeout
 	}
+	if g.Relookups <= 0 {
+		g.Relookups = defaultRelookups()
+	}
 	s.guard = g
+	s.relookups = make(chan struct{}, g.Relookups)
+	s.refusals = newGuardRefusals(g)
 }
 
 // clientKey carries a request's client address in its context, from the
@@ -114,6 +197,7 @@ func (s *Service) guarded(ctx context.Context, hash [32]byte, unknownErr error, 
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			s.refusals.noSlot(cap(s.relookups))
 			return errLookupTimeout
 		}
 	}
@@ -125,6 +209,7 @@ func (s *Service) guarded(ctx context.Context, hash [32]byte, unknownErr error, 
 		s.known.remove(hash)
 		s.unknown.add(hash)
 	case lctx.Err() != nil && ctx.Err() == nil:
+		s.refusals.timedOut(timeout)
 		return errLookupTimeout
 	}
 	return err

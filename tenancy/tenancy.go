@@ -20,7 +20,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -118,6 +117,8 @@ type Service struct {
 	// relookups holds the seats of lookups of credentials known lately
 	// (see Guard.guarded).
 	relookups chan struct{}
+	// refusals counts and logs what the guard's own bounds refuse.
+	refusals *guardRefusals
 }
 
 // New returns a Service on pool; its lookups and tenant transactions have
@@ -129,7 +130,8 @@ func New(pool *pgxpool.Pool) *Service {
 		guard:     Guard{Timeout: DefaultLookupTimeout},
 		known:     newHashSet(KnownCredentialTTL, maxKnownCredentials),
 		unknown:   newHashSet(UnknownCredentialTTL, maxUnknownCredentials),
-		relookups: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)),
+		relookups: make(chan struct{}, defaultRelookups()),
+		refusals:  newGuardRefusals(Guard{}),
 	}
 }
 

@@ -64,6 +64,8 @@ var (
 
 	// Before authentication: lookups of tokens and sessions the server does not know.
 	sUnauthRate     = setting{"unauthenticated-requests-per-second", "APPDOR_UNAUTHENTICATED_REQUESTS_PER_SECOND", "2", "lookups of unknown tokens or sessions one client address may cause a second (429 rate_limited beyond); known credentials are not counted; 0 turns this off"}
+	sLookupTimeout  = setting{"lookup-timeout", "APPDOR_LOOKUP_TIMEOUT", "1s", "a credential lookup the server cannot answer from memory (seat, pool connection and statement together) that takes longer is answered 503"}
+	sRelookups      = setting{"relookup-concurrency", "APPDOR_RELOOKUP_CONCURRENCY", "0", "lookups at once of known credentials whose cache entry expired; one that finds no slot within the lookup timeout is answered 503; 0 is half the cores"}
 	sUnauthBurst    = setting{"unauthenticated-burst", "APPDOR_UNAUTHENTICATED_BURST", "5", "how many of those lookups one client address may cause at once"}
 	sTrustedProxies = setting{"trusted-proxies", "APPDOR_TRUSTED_PROXIES", "", "comma-separated addresses or CIDR ranges of proxies whose X-Forwarded-For names the client and X-Forwarded-Proto the scheme; empty: the client is the direct peer, the scheme the connection's"}
 
@@ -114,7 +116,7 @@ var connSettings = []setting{sDatabaseURL, sMigrateURL, sRedisURL}
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
 	sFairness, sFairSeats, sFairBgSeats, sFairBgRest, sFairQueue, sFairWait, sFairRetryAfter,
-	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sLoginAddress, sLoginAccount, sTrustedProxies, sHSTS,
+	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sLookupTimeout, sRelookups, sLoginAddress, sLoginAccount, sTrustedProxies, sHSTS,
 	sMetricsListen, sMetricsToken, sMetricsRealmIdle,
 	sReadHeaderTimeout, sReadTimeout, sWriteTimeout, sIdleTimeout, sStreamTimeout, sShutdownDrain,
 	sAutoWorkers, sAutoPool, sAutoBacklog, sAutoMaxHops, sWebhookTime, sWebhookPriv, sWebhookCIDRs,
@@ -198,6 +200,13 @@ func serverConfig(cmd *cobra.Command) (server.Config, error) {
 	if cfg.LoginConcurrency, err = strconv.Atoi(str(cmd, sLoginConcurrency)); err != nil ||
 		cfg.LoginConcurrency < 0 || cfg.LoginConcurrency > 1000 {
 		return cfg, configError(sLoginConcurrency, "%q is not a number from 0 (half the cores) to 1000", str(cmd, sLoginConcurrency))
+	}
+	if cfg.LookupTimeout, err = duration(cmd, sLookupTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.RelookupConcurrency, err = strconv.Atoi(str(cmd, sRelookups)); err != nil ||
+		cfg.RelookupConcurrency < 0 || cfg.RelookupConcurrency > 1000 {
+		return cfg, configError(sRelookups, "%q is not a number from 0 (half the cores) to 1000", str(cmd, sRelookups))
 	}
 	csvLimit, err := bytes.Parse(str(cmd, sCSVBodyLimit))
 	if err != nil || csvLimit < 1 {

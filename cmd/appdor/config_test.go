@@ -30,6 +30,13 @@ func TestHardeningSettings(t *testing.T) {
 	require.Equal(t, 10*time.Minute, cfg.MetricsRealmIdle)
 	require.Equal(t, 30, cfg.LoginAddressPerMinute)
 	require.Equal(t, 10, cfg.LoginAccountPerMinute)
+	require.Equal(t, time.Second, cfg.LookupTimeout)
+	require.Zero(t, cfg.RelookupConcurrency, "0 is half the cores, decided by tenancy")
+
+	cfg, err = parsedServe(t, "--lookup-timeout", "250ms", "--relookup-concurrency", "3")
+	require.NoError(t, err)
+	require.Equal(t, 250*time.Millisecond, cfg.LookupTimeout)
+	require.Equal(t, 3, cfg.RelookupConcurrency)
 
 	cfg, err = parsedServe(t, "--hsts", "on", "--metrics-listen", "127.0.0.1:9090", "--metrics-realm-idle", "5m",
 		"--login-address-attempts-per-minute", "0", "--login-account-attempts-per-minute", "3")
@@ -51,6 +58,8 @@ func TestHardeningSettings(t *testing.T) {
 		{[]string{"--metrics-realm-idle", "30s"}, "APPDOR_METRICS_REALM_IDLE"},
 		{[]string{"--login-address-attempts-per-minute", "-1"}, "APPDOR_LOGIN_ADDRESS_ATTEMPTS_PER_MINUTE"},
 		{[]string{"--login-account-attempts-per-minute", "many"}, "APPDOR_LOGIN_ACCOUNT_ATTEMPTS_PER_MINUTE"},
+		{[]string{"--lookup-timeout", "0s"}, "APPDOR_LOOKUP_TIMEOUT"},
+		{[]string{"--relookup-concurrency", "-2"}, "APPDOR_RELOOKUP_CONCURRENCY"},
 	} {
 		_, err := parsedServe(t, c.args...)
 		require.ErrorContains(t, err, c.env, "%v", c.args)
