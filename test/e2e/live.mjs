@@ -2,7 +2,7 @@
 // each in a browser of their own; a person of another realm, who may not
 // watch it; and a grid that outlives its server's restart. The restart
 // test restarts the shared server, so these run last.
-import { launch, signIn } from "./lib.mjs";
+import { gridCentre, launch, signIn } from "./lib.mjs";
 
 export function liveTests({ test, expect, watchConsole, openTable, editCell, app, realm, other, table, f }) {
   test("live: an edit in one person's grid appears in another's, and another realm may not watch", async (page) => {
@@ -28,11 +28,30 @@ export function liveTests({ test, expect, watchConsole, openTable, editCell, app
       await theirs.getByText("Item 0016 (live)", { exact: true }).first().waitFor({ state: "attached", timeout: 5000 });
       const delay = Date.now() - saved;
       console.log(`     live: the edit appeared in the other person's grid ${delay} ms after the editor closed`);
+      expect(delay < 1000, `the edit took ${delay} ms to appear in the other grid, not under a second`);
 
-      // And the other way, through the API: a new row and a deleted one.
-      const made = await realm.api.post(`/api/v1/tables/${table.id}/rows`, { rows: [{ cells: {} }] });
+      // And through the API: a new row appears at the end of the other
+      // person's grid, scrolled there, and goes again when it is deleted.
+      const status = theirs.locator(".statusbar span").first();
+      const grid = await gridCentre(theirs);
+      const wheel = async () => {
+        await theirs.mouse.move(grid.x, grid.y);
+        await theirs.mouse.wheel(0, 4000);
+        await theirs.waitForTimeout(30);
+      };
+      for (let i = 0; i < 400 && (await status.textContent()).includes("more below"); i++) await wheel();
+      const before = await status.textContent();
+      expect(!before.includes("more below"), `the other grid reached the end of the table: ${before}`);
+      const count = (text) => Number(text.match(/^([\d,.\s\u202f]+) rows?/)[1].replace(/\D/g, ""));
+      const made = await realm.api.post(`/api/v1/tables/${table.id}/rows`, { rows: [{ cells: { [f.Name]: "Made while watched" } }] });
       expect(made.rows.length === 1, "a row was made");
+      const appeared = theirs.getByText("Made while watched", { exact: true });
+      for (let i = 0; i < 100 && (await appeared.count()) === 0; i++) await wheel();
+      await appeared.first().waitFor({ state: "attached", timeout: 5000 });
+      expect(count(await status.textContent()) === count(before) + 1, `the other grid counts the new row: ${await status.textContent()} after ${before}`);
       await realm.api.del(`/api/v1/tables/${table.id}/rows`, { ids: [made.rows[0].id] });
+      await appeared.first().waitFor({ state: "detached", timeout: 5000 });
+      expect(count(await status.textContent()) === count(before), `the other grid counts the row gone: ${await status.textContent()} after ${before}`);
       await theirs.locator('[data-live="live"]').waitFor();
       checkTheirs();
     } finally {
