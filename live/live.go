@@ -280,12 +280,19 @@ func (h *Hub) subscribeLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := h.redis.Receive(ctx, h.redis.B().Subscribe().Channel(Channel).Build(), func(msg rueidis.PubSubMessage) {
-			var ev Event
-			if json.Unmarshal([]byte(msg.Message), &ev) != nil {
-				return
-			}
-			h.deliver(ev)
+		// On a connection of its own: a Receive on the client's shared
+		// connection runs its handler on that connection's reader, and
+		// every command's reply behind a message waits for it. An import's
+		// events (a thousand row ids each) decoded there held the limiter's
+		// answers to other realms' requests for up to 14 ms.
+		err := h.redis.Dedicated(func(c rueidis.DedicatedClient) error {
+			return c.Receive(ctx, c.B().Subscribe().Channel(Channel).Build(), func(msg rueidis.PubSubMessage) {
+				var ev Event
+				if json.Unmarshal([]byte(msg.Message), &ev) != nil {
+					return
+				}
+				h.deliver(ev)
+			})
 		})
 		if ctx.Err() != nil {
 			return
