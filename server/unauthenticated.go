@@ -15,7 +15,8 @@ import (
 // is authenticated: a credential the server does not know is charged to its
 // client's address (the limiter's unauthenticated ceiling, in Redis), and its
 // lookup runs under a seat of the fairness controller's unauthenticated flow,
-// within the lookup timeout (seat, pool connection and statement together). Known credentials pass neither; unknown ones are answered 401
+// within the lookup timeout (seat, pool connection and statement
+// together). Known credentials pass neither; unknown ones are answered 401
 // from memory for a while. Call it after the limiter and the controller are
 // built.
 func (a *App) guardLookups() {

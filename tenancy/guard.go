@@ -7,9 +7,8 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/appdor/appdor"
 )
@@ -56,63 +55,47 @@ type Guard struct {
 	Registerer prometheus.Registerer
 }
 
-// Flags of the guard's bounds, and the names of their metrics and log lines.
-const (
-	LookupTimeoutFlag       = "lookup_timeout"
-	RelookupConcurrencyFlag = "relookup_concurrency"
-)
-
-// guardRefusals counts and logs the guard's own refusals.
-type guardRefusals struct {
-	timeouts, relookups prometheus.Counter
-	log                 *slog.Logger
-	timeoutLog          appdor.EveryInterval
-	relookupLog         appdor.EveryInterval
+// guardBound counts and logs the refusals of one of the guard's bounds, by
+// the bound's name: the metric appdor_<name>_refused_total, and a WARN line
+// beginning <name>: at most every ten seconds, with the refusals it stands for.
+type guardBound struct {
+	name    string
+	message string
+	total   prometheus.Counter
+	every   appdor.EveryInterval
+	log     *slog.Logger
 }
 
-// guardLogInterval is how often each refusal line may be written.
-const guardLogInterval = 10 * time.Second
+func newGuardBound(log *slog.Logger, name, message, help string) *guardBound {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &guardBound{name: name, message: message, log: log, every: appdor.EveryInterval{Interval: 10 * time.Second},
+		total: prometheus.NewCounter(prometheus.CounterOpts{Name: "appdor_" + name + "_refused_total", Help: help})}
+}
+
+// refuse counts a refusal; setting is the bound's value, for the log line.
+func (b *guardBound) refuse(setting slog.Attr) {
+	b.total.Inc()
+	if ok, n := b.every.Take(time.Now()); ok {
+		b.log.Warn(b.name+": "+b.message, slog.Int64("refused", n), setting)
+	}
+}
+
+// guardRefusals are the guard's two bounds.
+type guardRefusals struct{ timeouts, relookups *guardBound }
 
 func newGuardRefusals(g Guard) *guardRefusals {
 	r := &guardRefusals{
-		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "appdor_lookup_timeout_refused_total",
-			Help: "Credential lookups answered 503 because they took longer than lookup_timeout (seat, pool connection and statement together).",
-		}),
-		relookups: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "appdor_relookup_concurrency_refused_total",
-			Help: "Lookups of known credentials whose cache entry expired answered 503 because no relookup_concurrency slot freed within lookup_timeout.",
-		}),
-		log:         g.Log,
-		timeoutLog:  appdor.EveryInterval{Interval: guardLogInterval},
-		relookupLog: appdor.EveryInterval{Interval: guardLogInterval},
-	}
-	if r.log == nil {
-		r.log = slog.New(slog.DiscardHandler)
+		timeouts: newGuardBound(g.Log, "lookup_timeout", "credential lookups took too long and were answered 503",
+			"Credential lookups answered 503 because they took longer than lookup_timeout (seat, pool connection and statement together)."),
+		relookups: newGuardBound(g.Log, "relookup_concurrency", "lookups of known credentials found no slot in time and were answered 503",
+			"Lookups of known credentials whose cache entry expired answered 503 because no relookup_concurrency slot freed within lookup_timeout."),
 	}
 	if g.Registerer != nil {
-		g.Registerer.MustRegister(r.timeouts, r.relookups)
+		g.Registerer.MustRegister(r.timeouts.total, r.relookups.total)
 	}
 	return r
-}
-
-// timedOut counts a lookup_timeout refusal and logs it at most every ten
-// seconds, with the refusals the line stands for.
-func (r *guardRefusals) timedOut(timeout time.Duration) {
-	r.timeouts.Inc()
-	if ok, n := r.timeoutLog.Take(time.Now()); ok {
-		r.log.Warn(LookupTimeoutFlag+": credential lookups took too long and were answered 503",
-			slog.Int64("refused", n), slog.Duration(LookupTimeoutFlag, timeout))
-	}
-}
-
-// noSlot counts a relookup_concurrency refusal and logs it likewise.
-func (r *guardRefusals) noSlot(slots int) {
-	r.relookups.Inc()
-	if ok, n := r.relookupLog.Take(time.Now()); ok {
-		r.log.Warn(RelookupConcurrencyFlag+": lookups of known credentials found no slot in time and were answered 503",
-			slog.Int64("refused", n), slog.Int(RelookupConcurrencyFlag, slots))
-	}
 }
 
 // defaultRelookups is the relookup slots of a Guard that names none.
@@ -197,7 +180,7 @@ func (s *Service) guarded(ctx context.Context, hash [32]byte, unknownErr error, 
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			s.refusals.noSlot(cap(s.relookups))
+			s.refusals.relookups.refuse(slog.Int("relookup_concurrency", cap(s.relookups)))
 			return errLookupTimeout
 		}
 	}
@@ -209,7 +192,7 @@ func (s *Service) guarded(ctx context.Context, hash [32]byte, unknownErr error, 
 		s.known.remove(hash)
 		s.unknown.add(hash)
 	case lctx.Err() != nil && ctx.Err() == nil:
-		s.refusals.timedOut(timeout)
+		s.refusals.timeouts.refuse(slog.Duration("lookup_timeout", timeout))
 		return errLookupTimeout
 	}
 	return err
