@@ -21,10 +21,17 @@ import (
 // {"error":{"code":"concurrency_limited",...}}, with no allocation for the
 // body.
 func (c *Controller) Middleware(key func(echo.Context) string) echo.MiddlewareFunc {
+	return c.MiddlewareWithBody(key, c.refusalBody)
+}
+
+// MiddlewareWithBody is Middleware whose refusals answer body(reason), for
+// an API whose clients expect another error shape (the Airtable-compatible
+// API); each reason's body is made once.
+func (c *Controller) MiddlewareWithBody(key func(echo.Context) string, body func(reason string) []byte) echo.MiddlewareFunc {
 	retryAfter := appdor.RetryAfterSeconds(c.cfg.RetryAfter)
 	bodies := map[string][]byte{}
 	for _, reason := range []string{ReasonQueueFull, ReasonWaitExpired, ReasonCanceled} {
-		bodies[reason] = c.refusalBody(reason)
+		bodies[reason] = body(reason)
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec echo.Context) error {

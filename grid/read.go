@@ -127,15 +127,10 @@ func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limi
 	}
 	if len(out.Rows) > limit {
 		out.Rows = out.Rows[:limit]
-		k := cursor{Sort: sortSpec(q.keys), After: out.Rows[limit-1].ID}
-		for _, v := range last {
-			b, err := json.Marshal(v)
-			if err != nil {
-				return err
-			}
-			k.Values = append(k.Values, b)
+		s, err := q.next(out.Rows[limit-1].ID, last)
+		if err != nil {
+			return err
 		}
-		s := k.encode()
 		out.NextCursor = &s
 	}
 	if q.project != nil {
@@ -147,6 +142,20 @@ func (h *Handler) readPage(c echo.Context, tableID uuid.UUID, p readParams, limi
 		}
 	}
 	return nil
+}
+
+// next is the cursor of the page after the one whose last row is id, with
+// that row's sort values last.
+func (q *readQuery) next(id uuid.UUID, last []any) (string, error) {
+	k := cursor{Sort: sortSpec(q.keys), After: id}
+	for _, v := range last {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return "", err
+		}
+		k.Values = append(k.Values, b)
+	}
+	return k.encode(), nil
 }
 
 // withQuery builds the read's query and runs it with run, which reports the
@@ -243,6 +252,9 @@ type readQuery struct {
 	project, drop []string
 	projectLinks  []uuid.UUID
 	ids           []uuid.UUID // ids=: only these rows
+	// where are conditions of another front end's own (records.go), on
+	// the row r.
+	where []Condition
 }
 
 // query checks the parameters against t's fields; t is nil for a read
@@ -290,7 +302,7 @@ func (p readParams) query(realm, tableID uuid.UUID, t *Table, limit int) (*readQ
 // order is the sort keys', empty cells last, then the row id; a cursor
 // keeps the rows that come after its row in that order.
 func (q *readQuery) pageSQL() (string, []any) {
-	plain := len(q.keys) == 0 && len(q.filters) == 0 && q.project == nil && q.ids == nil
+	plain := len(q.keys) == 0 && len(q.filters) == 0 && q.project == nil && q.ids == nil && q.where == nil
 	var shape uint8
 	if plain {
 		shape = boolBit(q.q != "", 1) | boolBit(q.after != nil, 2) | boolBit(q.fields, 4)
@@ -443,6 +455,9 @@ func (q *readQuery) conditions(b *sqlBuilder) []string {
 	}
 	if q.ids != nil {
 		conds = append(conds, "r.id = ANY("+b.named("ids")+"::uuid[])")
+	}
+	for _, w := range q.where {
+		conds = append(conds, "("+w(b)+")")
 	}
 	return conds
 }
