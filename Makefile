@@ -40,7 +40,8 @@ test-wiring:
 
 # The browser grid: Vitest on its data layer, a check that the committed
 # web/dist matches web/src, then the browser tests (Debian's chromium; the
-# runner builds the real binary and gives it a database of its own).
+# runner builds the real binary and gives it a database of its own), and
+# Airtable's own npm client against the Airtable-compatible API.
 .PHONY: test-web
 test-web:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
@@ -48,3 +49,4 @@ test-web:
 	npm run test:web
 	npm run check:dist
 	npm run test:e2e
+	npm run test:clients

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/appdor/appdor"
+	"github.com/appdor/appdor/airtable"
 	"github.com/appdor/appdor/automations"
 	"github.com/appdor/appdor/tenancy"
 )
@@ -111,6 +112,10 @@ func (a *App) errorHandler(err error, c echo.Context) {
 	}
 	if ae.Code == appdor.EUnavailable {
 		a.logUnavailable(c, ae)
+	}
+	if airtable.IsPath(c.Request().URL.Path) {
+		_ = airtable.WriteError(c, ae)
+		return
 	}
 	status := StatusOf(ae.Code)
 	if ae.Code == "method_not_allowed" {

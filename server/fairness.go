@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/appdor/appdor/airtable"
 	"github.com/appdor/appdor/fairness"
 )
 
@@ -40,6 +41,15 @@ func (a *App) admit() echo.MiddlewareFunc {
 		return func(next echo.HandlerFunc) echo.HandlerFunc { return next }
 	}
 	return a.fair.Middleware(realmOf)
+}
+
+// admitAirtable is admit for the Airtable-compatible API: its refusals in
+// Airtable's error shape, so that Airtable's clients back off and retry.
+func (a *App) admitAirtable() echo.MiddlewareFunc {
+	if a.fair == nil || a.fair.Config().Off {
+		return func(next echo.HandlerFunc) echo.HandlerFunc { return next }
+	}
+	return a.fair.MiddlewareWithBody(realmOf, airtable.RefusalBody)
 }
 
 // Fairness is the controller, for tests.

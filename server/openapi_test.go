@@ -32,9 +32,10 @@ func router(t *testing.T) *echo.Echo {
 	return a.echo
 }
 
-// notAPI are routes outside the API the document describes.
+// notAPI are routes outside the APIs the document describes: /api/v1 and
+// the Airtable-compatible /v0.
 func notAPI(path string) bool {
-	return !strings.HasPrefix(path, apiPrefix+"/") ||
+	return !strings.HasPrefix(path, apiPrefix+"/") && !strings.HasPrefix(path, "/v0/") ||
 		slices.Contains([]string{"/healthz", "/readyz", "/metrics"}, path)
 }
 
@@ -49,13 +50,36 @@ func openAPIPath(path string) string {
 }
 
 type document struct {
-	OpenAPI  string                          `json:"openapi"`
-	Security []map[string][]string           `json:"security"`
-	Paths    map[string]map[string]operation `json:"paths"`
+	OpenAPI  string                `json:"openapi"`
+	Security []map[string][]string `json:"security"`
+	Paths    map[string]pathItem   `json:"paths"`
 	Comps    struct {
 		Schemas         map[string]json.RawMessage `json:"schemas"`
 		SecuritySchemes map[string]json.RawMessage `json:"securitySchemes"`
 	} `json:"components"`
+}
+
+// pathItem is a path's operations by method; its servers, which the /v0
+// paths set (the document's server is /api/v1), are not an operation.
+type pathItem map[string]operation
+
+func (p *pathItem) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*p = pathItem{}
+	for k, v := range raw {
+		if k == "servers" {
+			continue
+		}
+		var op operation
+		if err := json.Unmarshal(v, &op); err != nil {
+			return err
+		}
+		(*p)[k] = op
+	}
+	return nil
 }
 
 type operation struct {

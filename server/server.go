@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/rueidis"
 
+	"github.com/appdor/appdor/airtable"
 	"github.com/appdor/appdor/automations"
 	"github.com/appdor/appdor/fairness"
 	"github.com/appdor/appdor/grid"
@@ -375,6 +376,12 @@ func (a *App) routes() {
 	a.liveHub().Routes(api, gh.CheckTable)
 	a.automationService().Routes(api)
 	a.tenancy.TokenRoutes(api)
+
+	// The Airtable-compatible API passes the same gates; its errors, the
+	// gates' refusals among them, answer in Airtable's shape (errorHandler).
+	v0 := e.Group(airtable.Prefix, a.tenancy.Authenticate(), a.trackRealm, a.rateLimit())
+	v0.Use(a.admitAirtable()) // the last gate, as on api
+	airtable.New(gh).Routes(v0)
 
 	a.mountUI(e) // last: the UI's catch-all must not shadow a route above
 	a.indexRoutes()
