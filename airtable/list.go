@@ -31,6 +31,9 @@ type listOptions struct {
 	View                  string       `json:"view"`
 	ReturnFieldsByFieldID bool         `json:"returnFieldsByFieldId"`
 	RecordMetadata        []string     `json:"recordMetadata"`
+	// Method is what Airtable's npm client sends along when told to list
+	// by POST; it changes nothing.
+	Method string `json:"method"`
 }
 
 type sortOption struct {
@@ -59,7 +62,7 @@ func queryOptions(c echo.Context) (listOptions, error) {
 	for _, k := range keys {
 		v := qp.Get(k)
 		switch {
-		case k == "pageSize" || k == "maxRecords":
+		case k == "pageSize" || k == "maxRecords" || k == "limit":
 			n, err := strconv.Atoi(v)
 			if err != nil {
 				typ := TInvalidPageSize
@@ -68,8 +71,8 @@ func queryOptions(c echo.Context) (listOptions, error) {
 				}
 				return o, fail(typ, "%s must be a whole number, not %q", k, truncate(v))
 			}
-			if k == "pageSize" {
-				o.PageSize = &n
+			if k == "pageSize" || k == "limit" && o.PageSize == nil {
+				o.PageSize = &n // limit is the old name Airtable's npm client still sends
 			} else {
 				o.MaxRecords = &n
 			}

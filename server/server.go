@@ -332,6 +332,10 @@ func (a *App) routes() {
 	e.SchemeExtractor = a.schemeExtractor()
 	a.echo = e
 
+	// Airtable's npm client asks for /v0/{base}/{table}/ with a slash.
+	e.Pre(middleware.RemoveTrailingSlashWithConfig(middleware.TrailingSlashConfig{
+		Skipper: func(c echo.Context) bool { return !airtable.IsPath(c.Request().URL.Path) },
+	}))
 	e.Use(requestIDs())
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		DisableStackAll:   true,

@@ -216,6 +216,11 @@ func TestAirtableListOptions(t *testing.T) {
 	}
 	require.Equal(t, []string{"gamma", "alpha", "Beta", "delta"}, walked, "descending Count, the empty one last")
 
+	// Airtable's npm client asks with a trailing slash and the old limit=.
+	old := list(t, app, a.Token, path+"/", url.Values{"limit": {"2"}})
+	require.Equal(t, []string{"alpha", "Beta"}, old.names())
+	require.NotEmpty(t, old.Offset)
+
 	// maxRecords bounds the whole list, across pages.
 	q = url.Values{"pageSize": {"2"}, "maxRecords": {"3"}}
 	p1 := list(t, app, a.Token, path, q)
@@ -563,4 +568,63 @@ func TestAirtableRateLimitAnswersRetryAfter(t *testing.T) {
 	}
 	sort.Ints(keys)
 	require.Equal(t, []int{200, 429}, keys, "nothing but answers and refusals: %v", statuses)
+}
+
+// TestAirtableRoles: every /v0 route as nobody, viewer, editor and owner.
+// Reads need a viewer, writes an editor; a refused write changes nothing.
+func TestAirtableRoles(t *testing.T) {
+	t.Parallel()
+	app := testenv.SharedApp(t)
+	owner := app.NewTenant(t, tenancy.RoleOwner, nil)
+	editor := app.AddMember(t, owner.RealmID, tenancy.RoleEditor, nil)
+	viewer := app.AddMember(t, owner.RealmID, tenancy.RoleViewer, nil)
+	b := seedAirtable(t, app, owner.Token)
+	routes := []struct {
+		method string
+		path   func(rec string) string
+		body   any
+		min    tenancy.Role
+	}{
+		{"GET", func(string) string { return "/v0/meta/bases" }, nil, tenancy.RoleViewer},
+		{"GET", func(string) string { return "/v0/meta/bases/" + b.App + "/tables" }, nil, tenancy.RoleViewer},
+		{"GET", func(string) string { return "/v0/" + b.App + "/Tasks" }, nil, tenancy.RoleViewer},
+		{"POST", func(string) string { return "/v0/" + b.App + "/Tasks/listRecords" }, map[string]any{}, tenancy.RoleViewer},
+		{"GET", func(r string) string { return "/v0/" + b.App + "/Tasks/" + r }, nil, tenancy.RoleViewer},
+		{"POST", func(string) string { return "/v0/" + b.App + "/Tasks" }, map[string]any{"fields": map[string]any{"Name": "new"}}, tenancy.RoleEditor},
+		{"PATCH", func(r string) string { return "/v0/" + b.App + "/Tasks" }, nil, tenancy.RoleEditor},
+		{"PUT", func(r string) string { return "/v0/" + b.App + "/Tasks" }, nil, tenancy.RoleEditor},
+		{"PATCH", func(r string) string { return "/v0/" + b.App + "/Tasks/" + r }, map[string]any{"fields": map[string]any{"Count": 2}}, tenancy.RoleEditor},
+		{"PUT", func(r string) string { return "/v0/" + b.App + "/Tasks/" + r }, map[string]any{"fields": map[string]any{"Name": "put"}}, tenancy.RoleEditor},
+		{"DELETE", func(r string) string { return "/v0/" + b.App + "/Tasks?records%5B%5D=" + r }, nil, tenancy.RoleEditor},
+		{"DELETE", func(r string) string { return "/v0/" + b.App + "/Tasks/" + r }, nil, tenancy.RoleEditor},
+	}
+	rank := map[tenancy.Role]int{"": 0, tenancy.RoleViewer: 1, tenancy.RoleEditor: 2, tenancy.RoleOwner: 3}
+	for _, r := range routes {
+		for _, who := range []testenv.Tenant{{}, viewer, editor, owner} {
+			res := app.Do(t, "POST", "/v0/"+b.App+"/Tasks", owner.Token, map[string]any{"fields": map[string]any{"Name": "fixture"}})
+			require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+			rec := res.Map(t)["id"].(string)
+			body := r.body
+			if body == nil && (r.method == "PATCH" || r.method == "PUT") {
+				body = map[string]any{"records": []map[string]any{{"id": rec, "fields": map[string]any{"Name": "batch"}}}}
+			}
+			res = app.Do(t, r.method, r.path(rec), who.Token, body)
+			name := fmt.Sprintf("%s %s as %q", r.method, r.path("{record}"), who.Role)
+			switch {
+			case who.Token == "":
+				require.Equal(t, http.StatusUnauthorized, res.Status, name)
+				typ, _ := atError(t, res)
+				require.Equal(t, "AUTHENTICATION_REQUIRED", typ, name)
+			case rank[who.Role] < rank[r.min]:
+				require.Equal(t, http.StatusForbidden, res.Status, name)
+				typ, _ := atError(t, res)
+				require.Equal(t, "INVALID_PERMISSIONS_OR_MODEL_NOT_FOUND", typ, name)
+			default:
+				require.Equal(t, http.StatusOK, res.Status, name+": "+string(res.Body))
+				continue
+			}
+			res = app.Do(t, "GET", "/v0/"+b.App+"/Tasks/"+rec, owner.Token, nil)
+			require.Equal(t, map[string]any{"Name": "fixture"}, res.Map(t)["fields"], name+" was refused but changed the record")
+		}
+	}
 }
