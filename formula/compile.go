@@ -76,6 +76,10 @@ type value struct {
 	typ Type
 	lit *string
 	at  int
+	// failed is whether NULL means an error (a division by zero, a date
+	// difference with a blank date) rather than blank: Airtable's #ERROR,
+	// which no comparison keeps.
+	failed bool
 }
 
 func (c compiler) arg(v any) string {
@@ -142,6 +146,9 @@ func (c compiler) sql(v value) string {
 func (c compiler) number(v value, what string) (string, error) {
 	switch v.typ {
 	case Number:
+		if v.failed {
+			return v.sql, nil
+		}
 		return "COALESCE(" + v.sql + ", 0::float8)", nil
 	case Bool:
 		return "(CASE WHEN " + v.sql + " THEN 1::float8 ELSE 0::float8 END)", nil
@@ -242,9 +249,9 @@ func (c compiler) binary(n binary) (value, error) {
 			return value{}, err
 		}
 		if n.op == "/" {
-			return value{sql: "(" + a + " / NULLIF(" + b + ", 0::float8))", typ: Number, at: n.at}, nil
+			return value{sql: "(" + a + " / NULLIF(" + b + ", 0::float8))", typ: Number, at: n.at, failed: true}, nil
 		}
-		return value{sql: "(" + a + " " + n.op + " " + b + ")", typ: Number, at: n.at}, nil
+		return value{sql: "(" + a + " " + n.op + " " + b + ")", typ: Number, at: n.at, failed: l.failed || r.failed}, nil
 	}
 	return c.compare(n, l, r)
 }

@@ -191,11 +191,11 @@ func (c compiler) datetimeDiff(args []value, at int) (value, error) {
 	// Exact names first: "M" is months, "m" minutes.
 	for _, u := range []string{unit, strings.ToLower(unit)} {
 		if k, ok := seconds[u]; ok {
-			return value{sql: "trunc(EXTRACT(EPOCH FROM (" + a + " - " + b + ")) / " + k + ")::float8", typ: Number, at: at}, nil
+			return value{sql: "trunc(EXTRACT(EPOCH FROM (" + a + " - " + b + ")) / " + k + ")::float8", typ: Number, at: at, failed: true}, nil
 		}
 		if k, ok := months[u]; ok {
 			age := "age(" + a + ", " + b + ")"
-			return value{sql: "trunc((EXTRACT(YEAR FROM " + age + ") * 12 + EXTRACT(MONTH FROM " + age + ")) / " + k + ")::float8", typ: Number, at: at}, nil
+			return value{sql: "trunc((EXTRACT(YEAR FROM " + age + ") * 12 + EXTRACT(MONTH FROM " + age + ")) / " + k + ")::float8", typ: Number, at: at, failed: true}, nil
 		}
 	}
 	return value{}, errAt(TypeMismatch, args[2].at, "DATETIME_DIFF", "DATETIME_DIFF does not know the unit %q", unit)

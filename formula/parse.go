@@ -29,7 +29,7 @@ import (
 // Limits on one formula.
 const (
 	MaxLength = 10_000 // bytes of source
-	MaxDepth  = 64     // nesting of calls, operators and parentheses
+	MaxDepth  = 256    // depth of the parse: about five for each nested call or parenthesis
 	MaxNodes  = 1_000
 )
 
