@@ -55,6 +55,13 @@ func bareHandler(pool *pgxpool.Pool, realm, table uuid.UUID) http.Handler {
 }
 
 // benchTable makes the benchmark's table: 8 fields, 2,000 rows.
+// appOf is the id of a table's app.
+func appOf(b *testing.B, app *testenv.App, token, tableID string) string {
+	res := app.Do(b, "GET", "/api/v1/tables/"+tableID, token, nil)
+	require.Equal(b, 200, res.Status, string(res.Body))
+	return res.Map(b)["app_id"].(string)
+}
+
 func benchTable(b *testing.B, app *testenv.App, token string) string {
 	do := func(method, path string, body any) map[string]any {
 		res := app.Do(b, method, path, token, body)
@@ -197,6 +204,9 @@ func BenchmarkRead100(b *testing.B) {
 	targets := []struct{ name, url, token string }{
 		{"appdor", app.URL + "/api/v1/tables/" + tableID + "/rows?limit=100", tn.Token},
 		{"appdor-fairness-off", unfair.URL + "/api/v1/tables/" + tableID + "/rows?limit=100", tn.Token},
+		// The same page through the Airtable-compatible API: the table by
+		// name, fields by name, empty cells left out.
+		{"airtable", app.URL + "/v0/" + appOf(b, app, tn.Token, tableID) + "/Bench?pageSize=100", tn.Token},
 		// Not compared with bare: a sorted and filtered read, for its own figures.
 		{"appdor-sorted-filtered", app.URL + "/api/v1/tables/" + tableID + "/rows?limit=100&sort=-Amount&filter=Done:eq:true", tn.Token},
 		{"bare", bare.URL + "/rows?limit=100", ""},
