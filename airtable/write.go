@@ -221,7 +221,7 @@ func (h *Handler) updateError(t *grid.Table, err error) error {
 		}
 	}
 	if ae := asError(err); ae != nil && ae.Code == appdor.EValidation {
-		if d, ok := ae.Details.([]appdor.Detail); ok && len(d) > 0 && d[0].Field == "fieldsToMergeOn" {
+		if d, ok := ae.Details.([]appdor.Detail); ok && len(d) > 0 && (d[0].Field == "fieldsToMergeOn" || d[0].Field == "id") {
 			return fail(TInvalidRecords, "%s: %s", ae.Message, d[0].Message)
 		}
 	}

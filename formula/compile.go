@@ -1,65 +1,100 @@
 package formula
 
-import (
-	"strconv"
-	"strings"
-	"time"
-)
+import "strconv"
 
-// Type is the type of a formula's value.
+// Type is the type of a formula's value, and of the SQL it compiles to.
 type Type int
 
-// The types. Blank is BLANK() before it meets a type.
+// The types.
 const (
-	Blank Type = iota
-	Text
+	// Text is SQL text.
+	Text Type = iota
+	// Number is SQL numeric. A Field's SQL may be of any numeric type
+	// (float8, as Appdor stores numbers, or numeric or an integer).
 	Number
+	// Bool is SQL boolean: a checkbox, or the result of a comparison.
 	Bool
-	Time // a timestamptz
+	// Time is SQL timestamptz: a date (midnight UTC) or a date and time.
+	Time
+	// Blank is BLANK() before it meets a type: an untyped SQL NULL.
+	Blank
 )
 
+// String names the type.
 func (t Type) String() string {
-	return [...]string{"blank", "text", "number", "checkbox", "date"}[t]
+	switch t {
+	case Text:
+		return "Text"
+	case Number:
+		return "Number"
+	case Bool:
+		return "Bool"
+	case Time:
+		return "Time"
+	case Blank:
+		return "Blank"
+	}
+	return "Type(" + strconv.Itoa(int(t)) + ")"
 }
 
-// Field is a field a formula refers to: its type and the SQL expression of
-// its value, NULL when the cell is empty.
+// sqlType is the SQL type of a Type's values.
+func (t Type) sqlType() string {
+	switch t {
+	case Number:
+		return "numeric"
+	case Bool:
+		return "boolean"
+	case Time:
+		return "timestamptz"
+	}
+	return "text"
+}
+
+// Field is a field a formula refers to: its type, and the SQL expression of
+// its value in the row at hand, which is NULL when the cell is empty.
 type Field struct {
 	Type Type
 	SQL  string
 }
 
-// Env is what a formula is compiled against.
+// Env is what a formula is compiled against: its fields and its parameters.
 type Env interface {
-	// Field resolves a field reference ({Name}, or a bare name); it may
-	// call Arg for the field's own parameters.
+	// Field resolves a field reference, {Name} or a bare Name. It may call
+	// Arg for parameters of the field's own SQL, which must then use them.
+	// That SQL must not refer to a table named formula_let, which the
+	// compiled SQL names in subqueries of its own.
 	Field(name string) (Field, bool)
-	// Arg is the placeholder of a new parameter v: a string, a float64, a
-	// bool or a time.Time.
+	// Arg adds a parameter of value v (a string, float64, bool or
+	// time.Time) and returns its placeholder, such as "$3". The compiled
+	// SQL uses every parameter it adds, with a cast to its SQL type.
 	Arg(v any) string
 }
 
-// Expr is a compiled formula: a SQL expression and its type.
+// Expr is a compiled formula: a SQL expression of its value, and its type
+// (which says the SQL type: see Type). The SQL is NULL when the value is
+// blank, or an error such as a division by zero.
 type Expr struct {
 	SQL  string
 	Type Type
 }
 
-// Compile compiles a parsed formula to a SQL expression of its value.
+// Compile compiles a parsed formula to a SQL expression of its value. Its
+// errors are *Error: UnknownField or TypeMismatch.
 func Compile(n Node, env Env) (Expr, error) {
-	c := compiler{env: env}
+	c := &compiler{env: env}
 	v, err := c.node(n)
 	if err != nil {
 		return Expr{}, err
 	}
-	return Expr{SQL: c.sql(v), Type: v.typ}, nil
+	return Expr{SQL: c.as(v, v.typ), Type: v.typ}, nil
 }
 
 // Condition compiles a parsed formula to a SQL boolean that is never NULL:
-// whether its value is truthy, as Airtable's filterByFormula keeps a record
-// (true, a number not 0, text not empty, a date).
+// whether the formula's value is truthy, which is how Airtable's
+// filterByFormula decides to keep a record. True is truthy, a number other
+// than 0, text other than "", and any date; a blank or an error is not.
 func Condition(n Node, env Env) (string, error) {
-	c := compiler{env: env}
+	c := &compiler{env: env}
 	v, err := c.node(n)
 	if err != nil {
 		return "", err
@@ -67,167 +102,80 @@ func Condition(n Node, env Env) (string, error) {
 	return c.truth(v), nil
 }
 
-type compiler struct{ env Env }
-
-// value is a compiled part: its SQL, its type, and for a text literal its
-// text, which a number or a date may be read from.
-type value struct {
-	sql string
-	typ Type
-	lit *string
-	at  int
-	// failed is whether NULL means an error (a division by zero, a date
-	// difference with a blank date) rather than blank: Airtable's #ERROR,
-	// which no comparison keeps.
-	failed bool
+// compiler compiles one formula against one Env.
+type compiler struct {
+	env Env
 }
 
-func (c compiler) arg(v any) string {
-	p := c.env.Arg(v)
-	switch v.(type) {
-	case float64:
-		return p + "::float8"
-	case bool:
-		return p + "::boolean"
-	case time.Time:
-		return p + "::timestamptz"
-	}
-	return p + "::text"
-}
+// Numbers are numeric, which holds up to 131072 digits before the point
+// and fails beyond. To keep far inside, every Number knows a bound on its
+// digits (value.mag), and an operand of * or / whose bound is over
+// clampAbove, such as a field's (of no known bound), is clamped to
+// ±maxMagnitude first; a divisor nearer 0 than 1/maxMagnitude counts as 0.
+// So no product or quotient has more than about 2*clampAbove digits.
+const (
+	maxMagnitude = "1e308"
+	magMax       = 309 // digits of maxMagnitude
+	clampAbove   = 10_000
+	unknownMag   = 1 << 20 // no known bound
+)
 
-func (c compiler) node(n Node) (value, error) {
+func (c *compiler) node(n Node) (value, error) {
 	switch n := n.(type) {
-	case numLit:
-		return value{sql: c.arg(n.v), typ: Number, at: n.at}, nil
-	case strLit:
-		// Its parameter is made where it is used as text (sql): a literal
-		// read as a number, a date or a unit makes none, and PostgreSQL
-		// cannot type a parameter no statement uses.
+	case *numberLit:
+		v := n.v
+		return value{typ: Number, num: &v, pos: n.pos}, nil
+	case *textLit:
 		s := n.v
-		return value{typ: Text, lit: &s, at: n.at}, nil
-	case boolLit:
-		if n.v {
-			return value{sql: "TRUE", typ: Bool, at: n.at}, nil
-		}
-		return value{sql: "FALSE", typ: Bool, at: n.at}, nil
-	case fieldRef:
-		f, ok := c.env.Field(n.name)
-		if !ok {
-			return value{}, errAt(UnknownField, n.at, n.name, "unknown field %q", n.name)
-		}
-		return value{sql: f.SQL, typ: f.Type, at: n.at}, nil
-	case unary:
+		return value{typ: Text, str: &s, pos: n.pos}, nil
+	case *boolLit:
+		return value{typ: Bool, sql: boolSQL(n.v), pos: n.pos}, nil
+	case *fieldRef:
+		return c.field(n)
+	case *negate:
 		x, err := c.node(n.x)
 		if err != nil {
 			return value{}, err
+		}
+		if x.num != nil {
+			v := -*x.num
+			return value{typ: Number, num: &v, pos: n.pos}, nil
 		}
 		num, err := c.number(x, "-")
 		if err != nil {
 			return value{}, err
 		}
-		return value{sql: "(-" + num + ")", typ: Number, at: n.at}, nil
-	case binary:
+		return value{typ: Number, sql: "(-" + num + ")", fail: x.fail, mag: magOf(x), whole: isWhole(x), pos: n.pos}, nil
+	case *binary:
 		return c.binary(n)
-	case call:
+	case *call:
 		return c.call(n)
+	case nil:
+		return value{}, errorf(Syntax, 0, "", "no formula")
 	}
-	return value{}, errAt(Syntax, n.pos(), "", "unknown formula part")
+	return value{}, errorf(Syntax, n.Pos(), "", "unknown formula part")
 }
 
-// sql is v's SQL, a text literal's parameter made now.
-func (c compiler) sql(v value) string {
-	if v.sql == "" && v.lit != nil {
-		return c.arg(*v.lit)
+func (c *compiler) field(n *fieldRef) (value, error) {
+	f, ok := c.env.Field(n.name)
+	if !ok {
+		return value{}, errorf(UnknownField, n.pos, n.name, "unknown field {%s}", n.name)
 	}
-	return v.sql
-}
-
-// number is v as a float8 that is never NULL (blank reads as 0).
-func (c compiler) number(v value, what string) (string, error) {
-	switch v.typ {
+	if f.SQL == "" {
+		return value{}, errorf(UnknownField, n.pos, n.name, "field {%s} cannot be used in a formula", n.name)
+	}
+	v := value{typ: f.Type, sql: "(" + f.SQL + ")", null: true, mag: unknownMag, pos: n.pos}
+	switch f.Type {
 	case Number:
-		if v.failed {
-			return v.sql, nil
-		}
-		return "COALESCE(" + v.sql + ", 0::float8)", nil
-	case Bool:
-		return "(CASE WHEN " + v.sql + " THEN 1::float8 ELSE 0::float8 END)", nil
-	case Blank:
-		return "0::float8", nil
-	case Text:
-		if v.lit != nil {
-			if f, err := strconv.ParseFloat(strings.TrimSpace(*v.lit), 64); err == nil {
-				return c.arg(f), nil
-			}
-		}
+		v.sql += "::numeric"
+	case Text, Bool, Time:
+	default:
+		return value{}, errorf(TypeMismatch, n.pos, n.name, "field {%s} has a type formulas cannot use", n.name)
 	}
-	return "", errAt(TypeMismatch, v.at, "", "%s needs a number, got %s", what, v.typ)
+	return v, nil
 }
 
-// text is v as text that is never NULL (blank reads as "").
-func (c compiler) text(v value) string {
-	switch v.typ {
-	case Number:
-		return "COALESCE((" + v.sql + ")::text, '')"
-	case Bool:
-		return "(CASE WHEN " + v.sql + " THEN '1' ELSE '0' END)"
-	case Time:
-		return "COALESCE(to_char((" + v.sql + ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), '')"
-	case Blank:
-		return "''::text"
-	}
-	return "COALESCE(" + c.sql(v) + ", '')"
-}
-
-// instant is v as a timestamptz, NULL when blank; a text literal is read as
-// a date here, so the SQL never casts text.
-func (c compiler) instant(v value, what string) (string, error) {
-	switch v.typ {
-	case Time:
-		return v.sql, nil
-	case Blank:
-		return "NULL::timestamptz", nil
-	case Text:
-		if v.lit != nil {
-			if t, ok := parseTime(*v.lit); ok {
-				return c.arg(t), nil
-			}
-			return "", errAt(TypeMismatch, v.at, "", "%s needs a date; %q is not one (use YYYY-MM-DD or an ISO date and time)", what, *v.lit)
-		}
-	}
-	return "", errAt(TypeMismatch, v.at, "", "%s needs a date, got %s", what, v.typ)
-}
-
-var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02 15:04", time.DateOnly}
-
-func parseTime(s string) (time.Time, bool) {
-	s = strings.TrimSpace(s)
-	for _, l := range timeLayouts {
-		if t, err := time.Parse(l, s); err == nil {
-			return t.UTC(), true
-		}
-	}
-	return time.Time{}, false
-}
-
-// truth is whether v is truthy, never NULL.
-func (c compiler) truth(v value) string {
-	switch v.typ {
-	case Bool:
-		return "COALESCE(" + v.sql + ", FALSE)"
-	case Number:
-		return "(COALESCE(" + v.sql + ", 0::float8) <> 0)"
-	case Text:
-		return "(COALESCE(" + c.sql(v) + ", '') <> '')"
-	case Time:
-		return "((" + v.sql + ") IS NOT NULL)"
-	}
-	return "FALSE"
-}
-
-var sqlOp = map[string]string{"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-
-func (c compiler) binary(n binary) (value, error) {
+func (c *compiler) binary(n *binary) (value, error) {
 	l, err := c.node(n.l)
 	if err != nil {
 		return value{}, err
@@ -238,74 +186,112 @@ func (c compiler) binary(n binary) (value, error) {
 	}
 	switch n.op {
 	case "&":
-		return value{sql: "(" + c.text(l) + " || " + c.text(r) + ")", typ: Text, at: n.at}, nil
+		return value{typ: Text, sql: "(" + c.text(l) + " || " + c.text(r) + ")", fail: l.fail || r.fail, pos: n.pos}, nil
 	case "+", "-", "*", "/":
-		a, err := c.number(l, n.op)
-		if err != nil {
-			return value{}, err
-		}
-		b, err := c.number(r, n.op)
-		if err != nil {
-			return value{}, err
-		}
-		if n.op == "/" {
-			return value{sql: "(" + a + " / NULLIF(" + b + ", 0::float8))", typ: Number, at: n.at, failed: true}, nil
-		}
-		return value{sql: "(" + a + " " + n.op + " " + b + ")", typ: Number, at: n.at, failed: l.failed || r.failed}, nil
+		return c.arithmetic(n, l, r)
+	case "=", "!=", "<", "<=", ">", ">=":
+		return c.compare(n, l, r)
 	}
-	return c.compare(n, l, r)
+	return value{}, errorf(Syntax, n.pos, "", "unknown operator %s", n.op)
 }
 
-// compare renders a comparison as a boolean that is never NULL.
-func (c compiler) compare(n binary, l, r value) (value, error) {
-	op := sqlOp[n.op]
-	eq := n.op == "=" || n.op == "!="
-	out := func(sql string) (value, error) {
-		return value{sql: "COALESCE(" + sql + ", FALSE)", typ: Bool, at: n.at}, nil
+// arithmetic is + - * / on numbers; a blank reads as 0 and a checkbox as 1
+// or 0. A division by zero is an error.
+func (c *compiler) arithmetic(n *binary, l, r value) (value, error) {
+	a, err := c.number(l, n.op)
+	if err != nil {
+		return value{}, err
 	}
-	t := l.typ
-	if t == Blank {
-		t = r.typ
+	b, err := c.number(r, n.op)
+	if err != nil {
+		return value{}, err
 	}
-	// A text literal beside a number or a date is read as one.
-	if l.typ == Text && l.lit != nil && (r.typ == Number || r.typ == Time) {
-		t = r.typ
-	} else if r.typ == Text && r.lit != nil && (l.typ == Number || l.typ == Time) {
-		t = l.typ
+	out := value{typ: Number, fail: l.fail || r.fail, pos: n.pos}
+	switch n.op {
+	case "+", "-":
+		out.sql = "(" + a + " " + n.op + " " + b + ")"
+		out.whole = isWhole(l) && isWhole(r)
+		out.mag = min(max(magOf(l), magOf(r))+1, unknownMag)
+	case "*":
+		a, ma := clamp(a, l)
+		b, mb := clamp(b, r)
+		out.sql = "(" + a + " * " + b + ")"
+		out.whole = isWhole(l) && isWhole(r)
+		out.mag = ma + mb
+	case "/":
+		a, ma := clamp(a, l)
+		switch {
+		case isWhole(r):
+			// A whole divisor other than 0 is at least 1.
+		case nearZero(r):
+			b = "round(" + b + ", " + strconv.Itoa(magMax-1) + ")"
+			ma += magMax
+		default:
+			ma += magMax // a literal at least 1e-308
+		}
+		out.sql = "(" + a + " / NULLIF(" + b + ", 0))"
+		out.fail = true
+		out.mag = ma
 	}
+	return out, nil
+}
+
+// clamp is the numeric SQL x of the operand v, limited to ±maxMagnitude
+// when its bound is over clampAbove; and its bound then.
+func clamp(x string, v value) (string, int) {
+	if m := magOf(v); m <= clampAbove {
+		return x, m
+	}
+	if !v.fail {
+		return "LEAST(GREATEST(" + x + ", -" + maxMagnitude + "), " + maxMagnitude + ")", magMax
+	}
+	// GREATEST and LEAST pass over a NULL, which here is an error to keep.
+	return let(func(xs ...string) string {
+		return "(CASE WHEN " + xs[0] + " IS NULL THEN NULL ELSE LEAST(GREATEST(" + xs[0] + ", -" + maxMagnitude + "), " + maxMagnitude + ") END)"
+	}, x), magMax
+}
+
+var sqlCompare = map[string]string{"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+
+// compare is a comparison, as a SQL boolean that is NULL only for an
+// error. The two sides are compared as numbers, text, checkboxes or dates:
+// a blank takes the other side's type; a number and a checkbox compare as
+// numbers; a text literal beside a number or a date is read as one, and ""
+// beside one is a blank. A blank number is 0, a blank text "", a blank
+// checkbox false, and a blank date is equal only to a blank and neither
+// before nor after anything.
+func (c *compiler) compare(n *binary, l, r value) (value, error) {
+	if l.str != nil && *l.str == "" && r.typ != Text {
+		l = value{typ: Blank, pos: l.pos}
+	}
+	if r.str != nil && *r.str == "" && l.typ != Text {
+		r = value{typ: Blank, pos: r.pos}
+	}
+	lt, rt := l.typ, r.typ
 	switch {
-	case t == Blank:
-		return out(strings.ToUpper(strconv.FormatBool(eq == (n.op == "="))))
-	case t == Time:
-		if l.typ != Time && l.typ != Blank && l.lit == nil || r.typ != Time && r.typ != Blank && r.lit == nil {
-			return value{}, errAt(TypeMismatch, n.at, "", "%s compares a date with %s", n.op, otherType(l, r, Time))
-		}
-		a, err := c.instant(l, n.op)
-		if err != nil {
-			return value{}, err
-		}
-		b, err := c.instant(r, n.op)
-		if err != nil {
-			return value{}, err
-		}
-		if eq {
-			if l.typ == Blank || r.typ == Blank {
-				x := a
-				if l.typ == Blank {
-					x = b
-				}
-				sql := "(" + x + ") IS NULL"
-				if n.op == "!=" {
-					sql = "(" + x + ") IS NOT NULL"
-				}
-				return out(sql)
-			}
-		}
-		return out("(" + a + " " + op + " " + b + ")")
-	case t == Number || t == Bool && (l.typ == Number || r.typ == Number):
-		if l.typ == Text && l.lit == nil || r.typ == Text && r.lit == nil {
-			return out("(" + c.text(l) + " " + op + " " + c.text(r) + ")")
-		}
+	case lt == Blank && rt == Blank:
+		lt, rt = Text, Text
+	case lt == Blank:
+		lt = rt
+	case rt == Blank:
+		rt = lt
+	}
+	t := lt
+	switch {
+	case lt == rt:
+	case lt == Number && rt == Bool || lt == Bool && rt == Number:
+		t = Number
+	case (lt == Number || lt == Time) && r.str != nil:
+		t = lt
+	case (rt == Number || rt == Time) && l.str != nil:
+		t = rt
+	default:
+		return value{}, errorf(TypeMismatch, n.pos, "", "%s cannot compare %s with %s", n.op, lt, rt)
+	}
+	op := sqlCompare[n.op]
+	out := value{typ: Bool, fail: l.fail || r.fail, pos: n.pos}
+	switch t {
+	case Number:
 		a, err := c.number(l, n.op)
 		if err != nil {
 			return value{}, err
@@ -314,19 +300,28 @@ func (c compiler) compare(n binary, l, r value) (value, error) {
 		if err != nil {
 			return value{}, err
 		}
-		return out("(" + a + " " + op + " " + b + ")")
-	case t == Bool:
-		if l.typ != Bool && l.typ != Blank || r.typ != Bool && r.typ != Blank {
-			return out("(" + c.text(l) + " " + op + " " + c.text(r) + ")")
+		out.sql = "(" + a + " " + op + " " + b + ")"
+	case Text:
+		out.sql = "(" + c.text(l) + " " + op + " " + c.text(r) + ")"
+	case Bool:
+		out.sql = "(" + c.truth3(l) + " " + op + " " + c.truth3(r) + ")"
+	case Time:
+		a, err := c.timeOf(l, n.op)
+		if err != nil {
+			return value{}, err
 		}
-		return out("(" + c.truth(l) + " " + op + " " + c.truth(r) + ")")
+		b, err := c.timeOf(r, n.op)
+		if err != nil {
+			return value{}, err
+		}
+		switch n.op {
+		case "=":
+			out.sql = "(" + a + " IS NOT DISTINCT FROM " + b + ")"
+		case "!=":
+			out.sql = "(" + a + " IS DISTINCT FROM " + b + ")"
+		default:
+			out.sql = "COALESCE(" + a + " " + op + " " + b + ", FALSE)"
+		}
 	}
-	return out("(" + c.text(l) + " " + op + " " + c.text(r) + ")")
-}
-
-func otherType(l, r value, t Type) Type {
-	if l.typ == t {
-		return r.typ
-	}
-	return l.typ
+	return out, nil
 }

@@ -1,30 +1,287 @@
 package formula
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
 
-// arity is how many arguments a function takes: at least min, at most max
-// (-1: any number).
-var arity = map[string][2]int{
-	"AND": {1, -1}, "OR": {1, -1}, "NOT": {1, 1}, "IF": {2, 3},
-	"BLANK": {0, 0}, "TRUE": {0, 0}, "FALSE": {0, 0},
-	"FIND": {2, 3}, "SEARCH": {2, 3}, "LEN": {1, 1}, "LOWER": {1, 1}, "UPPER": {1, 1}, "TRIM": {1, 1},
-	"IS_BEFORE": {2, 2}, "IS_AFTER": {2, 2}, "DATETIME_DIFF": {2, 3}, "TODAY": {0, 0}, "NOW": {0, 0},
+// arity is how many arguments a function takes: at least min, and at most
+// max, or any number when max is -1.
+type arity struct{ min, max int }
+
+// functions are the functions the language has, by upper-case name.
+var functions = map[string]arity{
+	"AND":           {1, -1},
+	"OR":            {1, -1},
+	"NOT":           {1, 1},
+	"IF":            {2, 3},
+	"BLANK":         {0, 0},
+	"TRUE":          {0, 0},
+	"FALSE":         {0, 0},
+	"FIND":          {2, 3},
+	"SEARCH":        {2, 3},
+	"LEN":           {1, 1},
+	"LOWER":         {1, 1},
+	"UPPER":         {1, 1},
+	"TRIM":          {1, 1},
+	"IS_BEFORE":     {2, 2},
+	"IS_AFTER":      {2, 2},
+	"DATETIME_DIFF": {2, 3},
+	"TODAY":         {0, 0},
+	"NOW":           {0, 0},
 }
 
-// Functions lists the functions the language has, for documentation.
-func Functions() []string {
-	out := make([]string, 0, len(arity))
-	for name := range arity {
-		out = append(out, name)
+// IsFunction reports whether the language has a function of that name, in
+// any case.
+func IsFunction(name string) bool {
+	_, ok := functions[strings.ToUpper(name)]
+	return ok
+}
+
+// checkArity checks a call's number of arguments.
+func checkArity(n *call) error {
+	a, ok := functions[n.name]
+	if !ok {
+		return errorf(UnknownFunction, n.pos, n.name, "unknown function %s", n.name)
 	}
-	return out
+	got := len(n.args)
+	if got >= a.min && (a.max < 0 || got <= a.max) {
+		return nil
+	}
+	var want string
+	switch {
+	case a.max == 0:
+		want = "no arguments"
+	case a.max < 0:
+		want = "at least " + plural(a.min, "argument")
+	case a.min == a.max:
+		want = plural(a.min, "argument")
+	default:
+		want = strconv.Itoa(a.min) + " or " + strconv.Itoa(a.max) + " arguments"
+	}
+	return errorf(TypeMismatch, n.pos, n.name, "%s takes %s, got %d", n.name, want, got)
 }
 
-// seconds is DATETIME_DIFF's units that are a fixed number of seconds.
-var seconds = map[string]string{
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
+}
+
+func (c *compiler) call(n *call) (value, error) {
+	if err := checkArity(n); err != nil {
+		return value{}, err
+	}
+	args := make([]value, len(n.args))
+	fail := false
+	for i, a := range n.args {
+		v, err := c.node(a)
+		if err != nil {
+			return value{}, err
+		}
+		args[i] = v
+		fail = fail || v.fail
+	}
+	out := value{fail: fail, pos: n.pos}
+	switch n.name {
+	case "AND", "OR":
+		parts := make([]string, len(args))
+		for i, a := range args {
+			parts[i] = c.truth3(a)
+		}
+		out.typ, out.sql = Bool, "("+strings.Join(parts, " "+n.name+" ")+")"
+	case "NOT":
+		out.typ, out.sql = Bool, "(NOT "+c.truth3(args[0])+")"
+	case "IF":
+		return c.ifThen(n, args)
+	case "BLANK":
+		out.typ = Blank
+	case "TRUE", "FALSE":
+		out.typ, out.sql = Bool, boolSQL(n.name == "TRUE")
+	case "FIND", "SEARCH":
+		return c.find(n, args)
+	case "LEN":
+		out.typ, out.sql = Number, "char_length("+c.text(args[0])+")::numeric"
+		out.mag, out.whole = 10, true
+	case "LOWER":
+		out.typ, out.sql = Text, "lower("+c.text(args[0])+")"
+	case "UPPER":
+		out.typ, out.sql = Text, "upper("+c.text(args[0])+")"
+	case "TRIM":
+		out.typ, out.sql = Text, "btrim("+c.text(args[0])+", E' \\t\\n\\x0B\\f\\r')"
+	case "IS_BEFORE", "IS_AFTER":
+		a, err := c.timeOf(args[0], n.name)
+		if err != nil {
+			return value{}, err
+		}
+		b, err := c.timeOf(args[1], n.name)
+		if err != nil {
+			return value{}, err
+		}
+		op := " < "
+		if n.name == "IS_AFTER" {
+			op = " > "
+		}
+		out.typ, out.sql, out.fail = Bool, "COALESCE("+a+op+b+", FALSE)", false
+	case "DATETIME_DIFF":
+		return c.datetimeDiff(n, args)
+	case "TODAY":
+		out.typ, out.sql = Time, "(date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')"
+	case "NOW":
+		out.typ, out.sql = Time, "now()"
+	default:
+		return value{}, errorf(UnknownFunction, n.pos, n.name, "unknown function %s", n.name)
+	}
+	return out, nil
+}
+
+// ifThen is IF(cond, then[, else]): then when cond is truthy, else
+// otherwise (blank without one), and an error when cond is one. Its type
+// is the branches' type when they have one (a blank branch takes the
+// other's), a number when one is a checkbox and the other a number, and
+// text otherwise.
+func (c *compiler) ifThen(n *call, args []value) (value, error) {
+	then, other := args[1], value{typ: Blank, pos: n.pos}
+	if len(args) == 3 {
+		other = args[2]
+	}
+	t := then.typ
+	switch {
+	case then.typ == Blank && other.typ == Blank:
+		// Text, so that the CASE, and the parameters of its condition,
+		// stay in the SQL.
+		t = Text
+	case then.typ == other.typ:
+	case then.typ == Blank:
+		t = other.typ
+	case other.typ == Blank:
+	case then.typ == Number && other.typ == Bool || then.typ == Bool && other.typ == Number:
+		t = Number
+	default:
+		t = Text
+	}
+	out := value{
+		typ:   t,
+		cases: &cases{cond: c.truth3(args[0]), condFail: args[0].fail, then: then, other: other},
+		null:  true,
+		fail:  args[0].fail || then.fail || other.fail,
+		pos:   n.pos,
+	}
+	if t == Number {
+		out.mag = max(magOf(then), magOf(other))
+		out.whole = isWhole(then) && isWhole(other)
+	}
+	return out, nil
+}
+
+// inline is how long a SQL expression may be and still be written twice in
+// the SQL; a longer one is computed once, in a subquery.
+const inline = 300
+
+// let is body applied to the SQL expressions xs: written in place when they
+// are short, or else computed once in a subquery that body refers to by
+// column name, so that no expression's SQL is copied twice over (which,
+// nested, would grow without bound).
+func let(body func(xs ...string) string, xs ...string) string {
+	short := true
+	for _, x := range xs {
+		short = short && len(x) <= inline
+	}
+	if short {
+		return body(xs...)
+	}
+	names := make([]string, len(xs))
+	cols := make([]string, len(xs))
+	for i, x := range xs {
+		names[i] = "formula_let.formula_" + string(rune('a'+i))
+		cols[i] = x + " AS formula_" + string(rune('a'+i))
+	}
+	// OFFSET 0 keeps PostgreSQL from folding the subquery into its
+	// parent, which would copy each expression back in.
+	return "(SELECT " + body(names...) + " FROM (SELECT " + strings.Join(cols, ", ") + " OFFSET 0) AS formula_let)"
+}
+
+// orNull is body, but NULL when any of its arguments is.
+func orNull(body func(xs ...string) string) func(xs ...string) string {
+	return func(xs ...string) string {
+		var b strings.Builder
+		b.WriteString("(CASE WHEN ")
+		for i, x := range xs {
+			if i > 0 {
+				b.WriteString(" OR ")
+			}
+			b.WriteString(x + " IS NULL")
+		}
+		b.WriteString(" THEN NULL ELSE " + body(xs...) + " END)")
+		return b.String()
+	}
+}
+
+// find is FIND(needle, haystack[, start]) and SEARCH(…): the 1-based
+// position of the first needle in haystack after its first start
+// characters (start is 0 by default), and when there is none, 0 for FIND
+// and blank for SEARCH. Both are case-sensitive.
+func (c *compiler) find(n *call, args []value) (value, error) {
+	out := value{typ: Number, mag: 10, whole: true, pos: n.pos}
+	xs := []string{c.text(args[1]), c.text(args[0])}
+	for _, a := range args {
+		out.fail = out.fail || a.fail
+	}
+	literal := false // the start is an int parameter, clamped here
+	if len(args) == 3 {
+		if s := args[2]; s.num != nil || s.str != nil {
+			f := 0.0
+			if s.num != nil {
+				f = *s.num
+			} else if v, ok := numberText(*s.str); ok {
+				f = v
+			} else {
+				return value{}, errorf(TypeMismatch, s.pos, n.name, "%s needs a number, and %s is not one", n.name, quote(*s.str))
+			}
+			xs = append(xs, c.param(math.Min(math.Max(math.Trunc(f), 0), 1e9), "float8")+"::int")
+			literal = true
+		} else {
+			s, err := c.number(args[2], n.name)
+			if err != nil {
+				return value{}, err
+			}
+			xs = append(xs, s)
+		}
+	}
+	body := func(p ...string) string {
+		hay, needle := p[0], p[1]
+		if len(p) == 2 {
+			return "strpos(" + hay + ", " + needle + ")::numeric"
+		}
+		start := p[2]
+		if !literal {
+			start = "LEAST(GREATEST(trunc(" + start + "), 0), 1000000000)::int"
+		}
+		return "COALESCE(NULLIF(strpos(substr(" + hay + ", " + start + " + 1), " + needle + "), 0)::numeric + " + start + ", 0)"
+	}
+	switch {
+	case out.fail:
+		out.sql = let(orNull(body), xs...)
+	case len(xs) == 2:
+		out.sql = body(xs...)
+	case literal:
+		out.sql = body(xs...)
+	default:
+		// Only the start is written twice.
+		out.sql = let(func(s ...string) string { return body(xs[0], xs[1], s[0]) }, xs[2])
+	}
+	if n.name == "SEARCH" {
+		out.sql = "NULLIF(" + out.sql + ", 0)"
+		out.null = true
+	}
+	return out, nil
+}
+
+// fixedUnits are DATETIME_DIFF's units of a fixed length, in seconds, by
+// the names and abbreviations Airtable gives them.
+var fixedUnits = map[string]string{
 	"milliseconds": "0.001", "ms": "0.001",
 	"seconds": "1", "s": "1",
 	"minutes": "60", "m": "60",
@@ -33,172 +290,76 @@ var seconds = map[string]string{
 	"weeks": "604800", "w": "604800",
 }
 
-// months is DATETIME_DIFF's calendar units, in months.
-var months = map[string]string{"months": "1", "M": "1", "quarters": "3", "Q": "3", "years": "12", "y": "12"}
-
-func (c compiler) call(n call) (value, error) {
-	ar, ok := arity[n.name]
-	if !ok {
-		return value{}, errAt(UnknownFunction, n.at, n.name, "unknown function %s", n.name)
-	}
-	if len(n.args) < ar[0] || ar[1] >= 0 && len(n.args) > ar[1] {
-		want := "at least " + itoa(ar[0])
-		if ar[0] == ar[1] {
-			want = itoa(ar[0])
-		} else if ar[1] >= 0 {
-			want = itoa(ar[0]) + " to " + itoa(ar[1])
-		}
-		return value{}, errAt(TypeMismatch, n.at, n.name, "%s takes %s arguments, not %d", n.name, want, len(n.args))
-	}
-	args := make([]value, len(n.args))
-	for i, a := range n.args {
-		v, err := c.node(a)
-		if err != nil {
-			return value{}, err
-		}
-		args[i] = v
-	}
-	at := n.at
-	switch n.name {
-	case "AND", "OR":
-		parts := make([]string, len(args))
-		for i, a := range args {
-			parts[i] = c.truth(a)
-		}
-		return value{sql: "(" + strings.Join(parts, " "+n.name+" ") + ")", typ: Bool, at: at}, nil
-	case "NOT":
-		return value{sql: "(NOT " + c.truth(args[0]) + ")", typ: Bool, at: at}, nil
-	case "IF":
-		return c.ifThen(args, at)
-	case "BLANK":
-		return value{sql: "NULL", typ: Blank, at: at}, nil
-	case "TRUE":
-		return value{sql: "TRUE", typ: Bool, at: at}, nil
-	case "FALSE":
-		return value{sql: "FALSE", typ: Bool, at: at}, nil
-	case "FIND", "SEARCH":
-		needle, hay := c.text(args[0]), c.text(args[1])
-		start := "1"
-		if len(args) == 3 {
-			s, err := c.number(args[2], n.name)
-			if err != nil {
-				return value{}, err
-			}
-			// 0 and 1 both start at the first character; bounded, so the
-			// cast to int never overflows.
-			start = "LEAST(GREATEST(trunc(" + s + "), 1::float8), 1000000000::float8)::int"
-		}
-		pos := "strpos(substr(" + hay + ", " + start + "), " + needle + ")"
-		found := "(" + pos + " + " + start + " - 1)::float8"
-		miss := "0::float8"
-		if n.name == "SEARCH" {
-			miss = "NULL::float8"
-		}
-		return value{sql: "(CASE WHEN " + needle + " = '' OR " + pos + " = 0 THEN " + miss + " ELSE " + found + " END)", typ: Number, at: at}, nil
-	case "LEN":
-		return value{sql: "char_length(" + c.text(args[0]) + ")::float8", typ: Number, at: at}, nil
-	case "LOWER":
-		return value{sql: "lower(" + c.text(args[0]) + ")", typ: Text, at: at}, nil
-	case "UPPER":
-		return value{sql: "upper(" + c.text(args[0]) + ")", typ: Text, at: at}, nil
-	case "TRIM":
-		return value{sql: "btrim(" + c.text(args[0]) + ", E' \\t\\n\\r')", typ: Text, at: at}, nil
-	case "IS_BEFORE", "IS_AFTER":
-		a, err := c.instant(args[0], n.name)
-		if err != nil {
-			return value{}, err
-		}
-		b, err := c.instant(args[1], n.name)
-		if err != nil {
-			return value{}, err
-		}
-		op := " < "
-		if n.name == "IS_AFTER" {
-			op = " > "
-		}
-		return value{sql: "COALESCE(" + a + op + b + ", FALSE)", typ: Bool, at: at}, nil
-	case "DATETIME_DIFF":
-		return c.datetimeDiff(args, at)
-	case "TODAY":
-		return value{sql: "(date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')", typ: Time, at: at}, nil
-	case "NOW":
-		return value{sql: "now()", typ: Time, at: at}, nil
-	}
-	return value{}, errAt(UnknownFunction, at, n.name, "unknown function %s", n.name)
+// calendarUnits are DATETIME_DIFF's units of months.
+var calendarUnits = map[string]string{
+	"months": "1", "M": "1",
+	"quarters": "3", "Q": "3",
+	"years": "12", "y": "12",
 }
 
-// ifThen is IF(cond, then[, else]): the branches' common type, a blank one
-// taking the other's, numbers and text mixed as text.
-func (c compiler) ifThen(args []value, at int) (value, error) {
-	then := args[0+1]
-	other := value{sql: "NULL", typ: Blank, at: at}
+// unit looks up a DATETIME_DIFF unit: an abbreviation exactly (M is months,
+// m minutes), a name in any case, singular or plural.
+func unit(s string) (fixed, calendar string) {
+	names := []string{s, strings.ToLower(s)}
+	if len(s) > 2 {
+		names = append(names, strings.ToLower(s)+"s")
+	}
+	for _, u := range names {
+		if f, ok := fixedUnits[u]; ok {
+			return f, ""
+		}
+		if m, ok := calendarUnits[u]; ok {
+			return "", m
+		}
+	}
+	return "", ""
+}
+
+// datetimeDiff is DATETIME_DIFF(date1, date2[, unit]): date1 - date2 in
+// whole units (seconds by default), truncated toward zero, so negative when
+// date2 is later; an error when either is blank. Months, quarters and
+// years count calendar months in UTC.
+func (c *compiler) datetimeDiff(n *call, args []value) (value, error) {
+	a, err := c.timeOf(args[0], n.name)
+	if err != nil {
+		return value{}, err
+	}
+	b, err := c.timeOf(args[1], n.name)
+	if err != nil {
+		return value{}, err
+	}
+	fixed, calendar := "1", ""
 	if len(args) == 3 {
-		other = args[2]
-	}
-	t := then.typ
-	switch {
-	case t == Blank:
-		t = other.typ
-	case other.typ == Blank || other.typ == t:
-	default:
-		t = Text
-	}
-	branch := func(v value) (string, error) {
-		switch {
-		case v.typ == Blank:
-			return "NULL", nil
-		case t == Text && v.typ != Text:
-			return c.text(v), nil
+		u := args[2]
+		if u.str == nil {
+			return value{}, errorf(TypeMismatch, u.pos, n.name, "%s needs its unit as a string such as 'days'", n.name)
 		}
-		return c.sql(v), nil
+		if fixed, calendar = unit(strings.TrimSpace(*u.str)); fixed == "" && calendar == "" {
+			return value{}, errorf(TypeMismatch, u.pos, n.name, "%s does not know the unit %s", n.name, quote(*u.str))
+		}
 	}
-	a, err := branch(then)
-	if err != nil {
-		return value{}, err
+	// A blank date makes an error, as in Airtable.
+	out := value{typ: Number, fail: true, mag: 20, whole: true, pos: n.pos}
+	if fixed != "" {
+		diff := "(EXTRACT(EPOCH FROM " + a + ") - EXTRACT(EPOCH FROM " + b + "))"
+		switch fixed {
+		case "1":
+		case "0.001":
+			diff = "(" + diff + " * 1000)"
+		default:
+			diff = "(" + diff + " / " + fixed + ")"
+		}
+		out.sql = "trunc(" + diff + ")"
+		return out, nil
 	}
-	b, err := branch(other)
-	if err != nil {
-		return value{}, err
+	months := func(xs ...string) string {
+		age := "age((" + xs[0] + ") AT TIME ZONE 'UTC', (" + xs[1] + ") AT TIME ZONE 'UTC')"
+		m := "(EXTRACT(YEAR FROM " + age + ") * 12 + EXTRACT(MONTH FROM " + age + "))"
+		if calendar != "1" {
+			m = "(" + m + " / " + calendar + ")"
+		}
+		return "trunc(" + m + ")"
 	}
-	cast := map[Type]string{Blank: "", Text: "::text", Number: "::float8", Bool: "::boolean", Time: "::timestamptz"}[t]
-	if a == "NULL" {
-		a += cast
-	}
-	if b == "NULL" {
-		b += cast
-	}
-	return value{sql: "(CASE WHEN " + c.truth(args[0]) + " THEN " + a + " ELSE " + b + " END)", typ: t, at: at}, nil
+	out.sql = let(months, a, b)
+	return out, nil
 }
-
-// datetimeDiff is DATETIME_DIFF(a, b[, unit]): a - b in whole units
-// (seconds by default), truncated toward zero; blank when either is.
-func (c compiler) datetimeDiff(args []value, at int) (value, error) {
-	a, err := c.instant(args[0], "DATETIME_DIFF")
-	if err != nil {
-		return value{}, err
-	}
-	b, err := c.instant(args[1], "DATETIME_DIFF")
-	if err != nil {
-		return value{}, err
-	}
-	unit := "seconds"
-	if len(args) == 3 {
-		if args[2].lit == nil {
-			return value{}, errAt(TypeMismatch, args[2].at, "DATETIME_DIFF", "DATETIME_DIFF's unit is a string such as 'days'")
-		}
-		unit = strings.TrimSpace(*args[2].lit)
-	}
-	// Exact names first: "M" is months, "m" minutes.
-	for _, u := range []string{unit, strings.ToLower(unit)} {
-		if k, ok := seconds[u]; ok {
-			return value{sql: "trunc(EXTRACT(EPOCH FROM (" + a + " - " + b + ")) / " + k + ")::float8", typ: Number, at: at, failed: true}, nil
-		}
-		if k, ok := months[u]; ok {
-			age := "age(" + a + ", " + b + ")"
-			return value{sql: "trunc((EXTRACT(YEAR FROM " + age + ") * 12 + EXTRACT(MONTH FROM " + age + ")) / " + k + ")::float8", typ: Number, at: at, failed: true}, nil
-		}
-	}
-	return value{}, errAt(TypeMismatch, args[2].at, "DATETIME_DIFF", "DATETIME_DIFF does not know the unit %q", unit)
-}
-
-func itoa(i int) string { return strconv.Itoa(i) }

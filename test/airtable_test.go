@@ -292,6 +292,9 @@ func TestAirtableFilterByFormula(t *testing.T) {
 		{`IS_AFTER(NOW(), {At})`, []string{"alpha", "Beta", "gamma"}},
 		{`FIND("red", {Tags})`, []string{"alpha"}},
 		{`{Name} = "'; DROP TABLE rows; --"`, nil},
+		{`{Count} * 1e308 * 10 > 0`, []string{"alpha", "Beta", "gamma"}},
+		{`FIND("a", {Name}, FIND("a", {Name}, FIND("a", {Name}, FIND("a", {Name}, FIND("a", {Name}, FIND("a", {Name}, FIND("a", {Name}, 0))))))) >= 0`,
+			[]string{"alpha", "Beta", "gamma", "delta"}},
 		{`TRUE()`, []string{"alpha", "Beta", "gamma", "delta"}},
 		{`FALSE()`, nil},
 	}
@@ -400,6 +403,9 @@ func TestAirtableErrorsInAirtablesShape(t *testing.T) {
 	viewer := app.AddMember(t, a.RealmID, tenancy.RoleViewer, nil)
 	b := seedAirtable(t, app, a.Token)
 	path := "/v0/" + b.App + "/Tasks"
+	res := app.Do(t, "POST", path, a.Token, map[string]any{"fields": map[string]any{"Name": "twin"}})
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	twin := res.Map(t)["id"].(string)
 	eleven := make([]map[string]any, 11)
 	for i := range eleven {
 		eleven[i] = map[string]any{"fields": map[string]any{"Name": "x"}}
@@ -421,6 +427,8 @@ func TestAirtableErrorsInAirtablesShape(t *testing.T) {
 		{"eleven records", "POST", path, a.Token, map[string]any{"records": eleven}, 422, "INVALID_RECORDS"},
 		{"no records", "POST", path, a.Token, map[string]any{"records": []any{}}, 422, "INVALID_RECORDS"},
 		{"update without id", "PATCH", path, a.Token, map[string]any{"records": []map[string]any{{"fields": map[string]any{"Name": "x"}}}}, 422, "INVALID_RECORDS"},
+		{"upsert twice onto one row", "PATCH", path, a.Token, map[string]any{"performUpsert": map[string]any{"fieldsToMergeOn": []string{"Name"}},
+			"records": []map[string]any{{"fields": map[string]any{"Name": "twin"}}, {"id": twin, "fields": map[string]any{"Count": 1}}}}, 422, "INVALID_RECORDS"},
 		{"bad json", "POST", path, a.Token, "{", 422, "INVALID_REQUEST_UNKNOWN"},
 		{"unknown option", "POST", path, a.Token, map[string]any{"fields": map[string]any{}, "colour": 1}, 422, "INVALID_REQUEST_UNKNOWN"},
 		{"page size", "GET", path + "?pageSize=101", a.Token, nil, 422, "INVALID_PAGE_SIZE_PARAMETER"},
