@@ -75,23 +75,30 @@ func param(c echo.Context, name string) string {
 
 func realmOf(c echo.Context) uuid.UUID { return grid.RealmOf(c) }
 
-// table finds the request's base and table: the base by id, the table by id
-// or by name (exactly, then in any case). Either unseen by the realm is
-// NOT_FOUND, as an Airtable base another account owns.
-func (h *Handler) table(c echo.Context) (*grid.Table, error) {
-	ctx := c.Request().Context()
-	base, name := param(c, "base"), param(c, "table")
+// baseTables reads the request's base (an app id) with its tables and
+// fields; a base the realm does not have is NOT_FOUND, as an Airtable base
+// another account owns.
+func (h *Handler) baseTables(c echo.Context) ([]*grid.Table, error) {
+	base := param(c, "base")
 	app, err := uuid.Parse(base)
-	if err != nil {
-		return nil, fail(TNotFound, "Could not find base %q", truncate(base))
-	}
-	tables, err := h.grid.AppTables(ctx, realmOf(c), app)
-	if err != nil {
-		if appdor.ErrorCode(err) == appdor.ENotFound {
-			return nil, fail(TNotFound, "Could not find base %q", truncate(base))
+	if err == nil {
+		var tables []*grid.Table
+		tables, err = h.grid.AppTables(c.Request().Context(), realmOf(c), app)
+		if err == nil || appdor.ErrorCode(err) != appdor.ENotFound {
+			return tables, err
 		}
+	}
+	return nil, fail(TNotFound, "Could not find base %q", truncate(base))
+}
+
+// table finds the request's table in its base: by id or by name (exactly,
+// then in any case).
+func (h *Handler) table(c echo.Context) (*grid.Table, error) {
+	tables, err := h.baseTables(c)
+	if err != nil {
 		return nil, err
 	}
+	name := param(c, "table")
 	for _, t := range tables {
 		if t.ID.String() == name || t.Name == name {
 			return t, nil
@@ -102,7 +109,17 @@ func (h *Handler) table(c echo.Context) (*grid.Table, error) {
 			return t, nil
 		}
 	}
-	return nil, fail(TNotFound, "Could not find table %q in base %s", truncate(name), base)
+	return nil, fail(TNotFound, "Could not find table %q in base %s", truncate(name), param(c, "base"))
+}
+
+// tableRecord finds the request's table and parses its record id.
+func (h *Handler) tableRecord(c echo.Context) (*grid.Table, uuid.UUID, error) {
+	t, err := h.table(c)
+	if err != nil {
+		return nil, uuid.Nil, err
+	}
+	id, err := recordID(param(c, "record"))
+	return t, id, err
 }
 
 // recordID parses a record id; one that names no row is NOT_FOUND.
@@ -128,11 +145,7 @@ func decodeBody(c echo.Context, v any) error {
 
 // getRecord serves GET /v0/{base}/{table}/{record}.
 func (h *Handler) getRecord(c echo.Context) error {
-	t, err := h.table(c)
-	if err != nil {
-		return err
-	}
-	id, err := recordID(param(c, "record"))
+	t, id, err := h.tableRecord(c)
 	if err != nil {
 		return err
 	}
@@ -190,16 +203,8 @@ func (h *Handler) listBases(c echo.Context) error {
 // fields in Airtable's type names and options; the first field is the
 // primary one. Appdor has no views: every table lists none.
 func (h *Handler) listTables(c echo.Context) error {
-	base := param(c, "base")
-	app, err := uuid.Parse(base)
+	tables, err := h.baseTables(c)
 	if err != nil {
-		return fail(TNotFound, "Could not find base %q", truncate(base))
-	}
-	tables, err := h.grid.AppTables(c.Request().Context(), realmOf(c), app)
-	if err != nil {
-		if appdor.ErrorCode(err) == appdor.ENotFound {
-			return fail(TNotFound, "Could not find base %q", truncate(base))
-		}
 		return err
 	}
 	type field struct {

@@ -180,11 +180,7 @@ func (h *Handler) updateRecords(replace bool) echo.HandlerFunc {
 // answered with the record.
 func (h *Handler) updateRecord(replace bool) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		t, err := h.table(c)
-		if err != nil {
-			return err
-		}
-		id, err := recordID(param(c, "record"))
+		t, id, err := h.tableRecord(c)
 		if err != nil {
 			return err
 		}
@@ -269,11 +265,7 @@ func (h *Handler) deleteRecords(c echo.Context) error {
 
 // deleteRecord serves DELETE /v0/{base}/{table}/{record}.
 func (h *Handler) deleteRecord(c echo.Context) error {
-	t, err := h.table(c)
-	if err != nil {
-		return err
-	}
-	id, err := recordID(param(c, "record"))
+	t, id, err := h.tableRecord(c)
 	if err != nil {
 		return err
 	}

@@ -42,16 +42,7 @@ func (h *Handler) createApp(c echo.Context) error {
 }
 
 func (h *Handler) listApps(c echo.Context) error {
-	ctx, realm := c.Request().Context(), RealmOf(c)
-	apps := []App{}
-	err := h.db.Query(ctx, realm, func(rows pgx.Rows) error {
-		var a App
-		_, err := pgx.ForEachRow(rows, []any{&a.ID, &a.Name, &a.CreatedAt}, func() error {
-			apps = append(apps, a)
-			return nil
-		})
-		return err
-	}, `SELECT id, name, created_at FROM apps WHERE realm_id = $1 ORDER BY created_at, id`, realm)
+	apps, err := h.Apps(c.Request().Context(), RealmOf(c))
 	if err != nil {
 		return err
 	}

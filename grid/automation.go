@@ -90,17 +90,11 @@ func (h *Handler) fieldsChanged(realm, table uuid.UUID) {
 
 // patchedFields lists, once each, the field ids a batch of patches sets.
 func patchedFields(patches []RowPatch) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, p := range patches {
-		for id := range p.Cells {
-			if !seen[id] {
-				seen[id] = true
-				out = append(out, id)
-			}
-		}
+	cells := make([]map[string]json.RawMessage, len(patches))
+	for i, p := range patches {
+		cells[i] = p.Cells
 	}
-	return out
+	return cellKeys(cells)
 }
 
 // The functions below let automations act on rows with grid's own rules:

@@ -310,26 +310,17 @@ func (h *Handler) Apply(ctx context.Context, realm uuid.UUID, t *Table, w Write)
 			patches, patchAt, ids = append(patches, cells), append(patchAt, i), append(ids, u.ID)
 		}
 		if len(patches) > 0 {
-			b, err := validateBatch(ctx, tx, realm, t, patches, true)
+			written := make([]CellPatch, len(patches))
+			for k := range patches {
+				written[k] = CellPatch{ID: ids[k], Cells: patches[k]}
+			}
+			rows, err := PatchRows(ctx, tx, realm, t, written)
 			if err != nil {
 				return err
 			}
-			rows, err := tx.Query(ctx,
-				`UPDATE rows r SET cells = jsonb_strip_nulls(r.cells || u.patch), version = r.version + 1, updated_at = now()
-				 FROM unnest($3::uuid[], $4::jsonb[]) AS u(id, patch)
-				 WHERE r.realm_id = $1 AND r.table_id = $2 AND r.id = u.id
-				 RETURNING r.id, r.version, r.cells, r.created_at, r.updated_at`,
-				realm, t.ID, ids, b)
-			if err != nil {
-				return err
-			}
-			byID := make(map[uuid.UUID]Row, len(ids))
-			var r Row
-			if _, err := pgx.ForEachRow(rows, []any{&r.ID, &r.Version, &r.Cells, &r.CreatedAt, &r.UpdatedAt}, func() error {
+			byID := make(map[uuid.UUID]Row, len(rows))
+			for _, r := range rows {
 				byID[r.ID] = r
-				return nil
-			}); err != nil {
-				return err
 			}
 			var missing []appdor.Detail
 			updated := make([]Row, 0, len(ids))
