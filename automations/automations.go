@@ -229,8 +229,8 @@ func (s *Service) Start(pool *pgxpool.Pool, statementTimeout time.Duration, gate
 	// no client waiting, and its work is bounded by the pool's size.
 	s.wdb = rls.New(pool, statementTimeout, 10*time.Second)
 	s.gate = gate
-	s.events = newQueue(pool, eventRealmsSQL, claimEventSQL, s.cfg.PollInterval)
-	s.deliveries = newQueue(pool, deliveryRealmsSQL, claimDeliverySQL, s.cfg.PollInterval)
+	s.events = newQueue(pool, eventRealmsSQL, claimEventSQL, releaseEventSQL, s.cfg.PollInterval)
+	s.deliveries = newQueue(pool, deliveryRealmsSQL, claimDeliverySQL, releaseDeliverySQL, s.cfg.PollInterval)
 	// One realm's claims, events and deliveries together, hold at most half
 	// the workers, so a worker is always free to claim another realm's
 	// work: while a storming realm's claims wait for its background seat, a
@@ -260,8 +260,9 @@ func (s *Service) Start(pool *pgxpool.Pool, statementTimeout time.Duration, gate
 		slog.Bool("webhook_allow_private", s.cfg.AllowPrivate), slog.Int("webhook_allow_cidrs", len(s.cfg.AllowCIDRs)))
 }
 
-// Close stops the workers and waits for them: an evaluation in progress
-// rolls back, and its event is claimed again after its lease.
+// Close stops the workers and waits for them: an evaluation or a delivery
+// in progress is abandoned (the evaluation rolls back), and its item is
+// given back to the queue, due at once.
 func (s *Service) Close() {
 	if s.cancel == nil {
 		return

@@ -574,6 +574,49 @@ func TestRetryKeepsOneWebhookID(t *testing.T) {
 	require.Equal(t, http.StatusOK, *run.Deliveries[0].LastStatus)
 }
 
+// TestAStoppingWorkerGivesBackItsDelivery: a replica that stops while a
+// webhook request of its is in flight gives the delivery back, due at once
+// and the attempt not counted, so another replica sends it (with the same
+// webhook-id) without waiting out the two-minute lease.
+func TestAStoppingWorkerGivesBackItsDelivery(t *testing.T) {
+	t.Parallel()
+	db := isolate(t)
+	first := make(chan struct{})
+	s := newSink(t, func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			close(first)
+			time.Sleep(time.Second) // long enough for the replica to stop meanwhile
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	stopping := db.app(t, nil)
+	f := setup(t, stopping)
+	a := f.create(map[string]any{"name": "x", "trigger": map[string]any{"event": "row.created"}, "actions": []any{webhook(s.srv.URL)}})
+	f.insert(map[string]any{"name": "a"})
+	select {
+	case <-first:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the webhook was never sent")
+	}
+	stopping.Automations().Close() // mid-request
+	var state string
+	var attempts int
+	var due bool
+	require.NoError(t, db.pool.QueryRow(t.Context(),
+		`SELECT state, attempts, next_attempt_at <= now() FROM webhook_deliveries WHERE realm_id = $1`,
+		f.tenant.RealmID).Scan(&state, &attempts, &due))
+	require.Equal(t, "pending", state)
+	require.Zero(t, attempts, "an abandoned attempt is not counted")
+	require.True(t, due, "given back due now, not at the lease's end")
+
+	other := db.app(t, nil) // the replica that takes over, same database
+	f.app = other
+	got := s.await(t, 2)
+	require.Equal(t, got[0].header.Get("webhook-id"), got[1].header.Get("webhook-id"), "the same message")
+	run := f.awaitRun(a["id"].(string), "succeeded")
+	require.Equal(t, 1, run.Attempts)
+}
+
 func TestRetryAfterIsHonoured(t *testing.T) {
 	t.Parallel()
 	f := setup(t, newApp(t, nil))

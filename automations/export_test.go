@@ -13,7 +13,7 @@ type EventQueue struct{ q *queue }
 
 // NewEventQueue returns the events' dequeue on pool.
 func NewEventQueue(pool *pgxpool.Pool) EventQueue {
-	return EventQueue{newQueue(pool, eventRealmsSQL, claimEventSQL, time.Millisecond)}
+	return EventQueue{newQueue(pool, eventRealmsSQL, claimEventSQL, releaseEventSQL, time.Millisecond)}
 }
 
 // Claim leases the next event and returns its realm.

@@ -52,6 +52,12 @@ WHERE realm_id = $1 AND id = (
     FOR UPDATE SKIP LOCKED)
 RETURNING realm_id, id, table_id, event, row_ids, versions, fields, hop, attempts, created_at`
 
+// releaseEventSQL gives a claimed event back unused: due now, its claim not
+// counted, so a stopping worker leaves no event waiting out its lease.
+const releaseEventSQL = `
+UPDATE automation_events SET run_at = now(), attempts = attempts - 1
+WHERE realm_id = $1 AND id = $2 AND attempts = $3 AND state = 'pending'`
+
 const deliveryRealmsSQL = `
 WITH RECURSIVE realms AS (
     (SELECT realm_id FROM webhook_deliveries WHERE state = 'pending' ORDER BY realm_id LIMIT 1)
@@ -75,6 +81,10 @@ WHERE realm_id = $1 AND id = (
     FOR UPDATE SKIP LOCKED)
 RETURNING realm_id, id, attempts`
 
+const releaseDeliverySQL = `
+UPDATE webhook_deliveries SET next_attempt_at = now(), attempts = attempts - 1
+WHERE realm_id = $1 AND id = $2 AND attempts = $3 AND state = 'pending'`
+
 // queue is the fair dequeue of one queue table. Claims go round the realms
 // with due work: a round is read at once (realmsSQL), then each realm of it
 // gets one claim (claimSQL) before the next round is read. Every realm with
@@ -84,7 +94,10 @@ type queue struct {
 	pool      *pgxpool.Pool
 	realmsSQL string
 	claimSQL  string
-	idle      time.Duration // least time between two reads of an empty round
+	// releaseSQL gives back a claim ($1 realm, $2 id, $3 attempts) that
+	// its worker abandons unfinished.
+	releaseSQL string
+	idle       time.Duration // least time between two reads of an empty round
 	// slots, when set, bounds the items one realm's claims hold at once: a
 	// realm at its bound is passed over in a round.
 	slots *slots
@@ -94,8 +107,8 @@ type queue struct {
 	emptyAt time.Time // when a read last found no realm with due work
 }
 
-func newQueue(pool *pgxpool.Pool, realmsSQL, claimSQL string, idle time.Duration) *queue {
-	return &queue{pool: pool, realmsSQL: realmsSQL, claimSQL: claimSQL, idle: idle}
+func newQueue(pool *pgxpool.Pool, realmsSQL, claimSQL, releaseSQL string, idle time.Duration) *queue {
+	return &queue{pool: pool, realmsSQL: realmsSQL, claimSQL: claimSQL, releaseSQL: releaseSQL, idle: idle}
 }
 
 // poke lets the next claim read a round at once, even just after one came
@@ -167,6 +180,18 @@ func (q *queue) claim(ctx context.Context, lease time.Duration, dest ...any) (re
 		}
 		// taken by another worker meanwhile, or leased: the next realm
 	}
+}
+
+// release gives back a claim its worker abandons because it is stopping:
+// the item is due again at once, for a worker of another replica or of the
+// next start, instead of after its lease. The claim is not counted among
+// the item's attempts. It runs on a context of its own, since the worker's
+// is cancelled by then; if it fails, the lease still runs out.
+func (q *queue) release(ctx context.Context, realm uuid.UUID, id any, attempts int) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, err := q.pool.Exec(ctx, q.releaseSQL, realm, id, attempts)
+	return err
 }
 
 // done gives back the slot a claim of realm took.

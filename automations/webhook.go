@@ -184,7 +184,10 @@ func (s *Service) deliverNext(ctx context.Context) bool {
 	}
 	defer s.deliveries.done(realm)
 	if err := s.readDelivery(ctx, &d); err != nil {
-		if appdor.ErrorCode(err) != appdor.ENotFound && ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+			s.abandon(ctx, s.deliveries, d.realm, d.id, d.attempts) // shutting down
+		case appdor.ErrorCode(err) != appdor.ENotFound:
 			s.log.Error("automations: reading a delivery", slog.String("realm", d.realm.String()), slog.String("error", err.Error()))
 		}
 		return true // gone with its automation, or replayed meanwhile, or shutting down
@@ -193,7 +196,10 @@ func (s *Service) deliverNext(ctx context.Context) bool {
 	out := s.sender.send(ctx, d.url, d.id, d.secret, d.payload)
 	s.metrics.attempt.Observe(time.Since(start).Seconds())
 	if ctx.Err() != nil {
-		return true // shutting down: the lease runs out, and the same webhook-id is sent again
+		// Shutting down mid-request: the attempt is not counted, and the
+		// same webhook-id is sent again, which receivers deduplicate on.
+		s.abandon(ctx, s.deliveries, d.realm, d.id, d.attempts)
+		return true
 	}
 	// The answer is recorded even if the server is stopping meanwhile.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

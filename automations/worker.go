@@ -92,7 +92,8 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 	defer s.events.done(e.realm)
 	release, err := s.acquire(ctx, e.realm)
 	if err != nil {
-		return true // shutting down: the lease runs out and the event is claimed again
+		s.abandon(ctx, s.events, e.realm, e.id, e.attempts) // shutting down
+		return true
 	}
 	defer release()
 	var deliveries int
@@ -107,7 +108,9 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 		}
 	}
 	switch {
-	case errors.Is(err, errLost), ctx.Err() != nil:
+	case errors.Is(err, errLost):
+	case err != nil && ctx.Err() != nil:
+		s.abandon(ctx, s.events, e.realm, e.id, e.attempts) // shutting down: rolled back
 	case err != nil:
 		s.failEvent(ctx, &e, err)
 	case deliveries > 0:
@@ -115,6 +118,15 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 		s.poke()
 	}
 	return true
+}
+
+// abandon gives a claimed item back to its queue when the worker stops
+// before finishing it.
+func (s *Service) abandon(ctx context.Context, q *queue, realm uuid.UUID, id any, attempts int) {
+	if err := q.release(ctx, realm, id, attempts); err != nil {
+		s.log.Warn("automations: giving back an unfinished claim; it is retried when its lease runs out",
+			slog.String("realm", realm.String()), slog.Any("id", id), slog.String("error", err.Error()))
+	}
 }
 
 // failEvent puts an event whose evaluation failed back in the queue, later,
