@@ -161,6 +161,10 @@ type Config struct {
 	Clock Clock
 	// Log gets one line per refusal episode of a flow.
 	Log *slog.Logger
+	// Usage, when set, hears of every unit when it gives its seat back: its
+	// flow, its level, how long it waited in a queue for the seat and how
+	// long it held it. It is called outside the controller's lock.
+	Usage func(flow string, lvl Level, waited, held time.Duration)
 }
 
 // Clock is what the controller needs of time.
@@ -362,7 +366,8 @@ type seat struct {
 	backlogged bool    // taken as backlogged work, within BackloggedSeats
 	probe      bool    // taken as the probe seat by a flow not measured yet
 	charge     float64 // the estimate charged to its flow's virtual time at start
-	done       bool    // under c.mu
+	waited     time.Duration
+	done       bool // under c.mu
 }
 
 // acquire is Acquire without the error: the seat, or the refusal's reason.
@@ -606,6 +611,7 @@ func (c *Controller) dispatch(l *level, now time.Time) {
 		f.queue = remove(f.queue, w)
 		l.queued--
 		w.seat = c.start(l, f, now, w.cls)
+		w.seat.waited = now.Sub(w.enqueued)
 		w.state = waitDispatched
 		f.fm.queue.Dec()
 		f.fm.waited.Observe(now.Sub(w.enqueued).Seconds())
@@ -738,15 +744,25 @@ func (s *seat) release() {
 	if c == nil {
 		return // the controller is off
 	}
+	var held time.Duration
+	if c.cfg.Usage != nil {
+		defer func() { // after the unlock below
+			if held >= 0 {
+				c.cfg.Usage(s.f.name, s.f.lvl.lvl, s.waited, held)
+			}
+		}()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s.done {
+		held = -1
 		return
 	}
 	s.done = true
 	now := c.cfg.Clock.Now()
 	f, l := s.f, s.f.lvl
-	service := max(now.Sub(s.start).Seconds(), 0)
+	held = max(now.Sub(s.start), 0)
+	service := held.Seconds()
 	f.vt += service - s.charge
 	if f.measured {
 		f.estimate += (service - f.estimate) / 8

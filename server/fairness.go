@@ -18,6 +18,9 @@ func (a *App) setupFairness() {
 	cfg := a.cfg.Fairness
 	cfg.PoolSize = int(a.pool.Config().MaxConns)
 	cfg.Log = a.log
+	if a.usage != nil {
+		cfg.Usage = a.seatUsage
+	}
 	a.fair = fairness.New(cfg, a.realmRegistry())
 	sized := a.fair.Config()
 	if sized.Off {

@@ -31,6 +31,9 @@ var ungated = map[string]string{
 	"POST /api/v1/auth/logout": "sign-out: the caller's own session",
 	"GET /api/v1/me":           "who am I: global users and memberships",
 	"GET /api/v1/openapi.json": "a static document",
+	"POST /api/v1/auth/invite": "an invite's one-time secret sets a password: global users and sessions",
+	"GET /api/v1/setup":        "the first run: 404 without the process's one-time secret",
+	"POST /api/v1/setup":       "the first run: 404 without the process's one-time secret, and nothing once anyone exists",
 }
 
 var param = regexp.MustCompile(`:[A-Za-z_]+`)

@@ -33,6 +33,7 @@ import (
 	"github.com/appdor/appdor/migrations"
 	"github.com/appdor/appdor/rls"
 	"github.com/appdor/appdor/tenancy"
+	"github.com/appdor/appdor/usage"
 )
 
 // Config is the server's whole configuration, parsed and validated by the
@@ -107,6 +108,9 @@ type Config struct {
 	// Automations sizes the automation workers and webhook delivery; the
 	// zero value takes automations' defaults.
 	Automations automations.Config
+	// UsageFlushInterval is how often a replica writes its usage sums to
+	// Redis, for the gauges; 0 is usage.DefaultFlushInterval.
+	UsageFlushInterval time.Duration
 	// Live caps and times the live event streams; the zero value takes
 	// live's defaults.
 	Live live.Config
@@ -144,6 +148,12 @@ type App struct {
 	redis   rueidis.Client
 	db      *rls.DB
 	tenancy *tenancy.Service
+	// setup is the first run's one-time link, when nobody could sign in at
+	// start; ui serves the browser app.
+	setup *tenancy.SetupLink
+	ui    http.Handler
+	// usage adds up each realm's requests for the gauges; nil without Redis.
+	usage *usage.Recorder
 	echo    *echo.Echo
 	metrics *prometheus.Registry
 
@@ -233,6 +243,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.reportRedis(ctx, redisDown)
 	a.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.setupMetrics()
+	a.startUsage()
 	a.setupFairness()
 	a.guardLookups()
 	a.routes()
@@ -313,12 +324,35 @@ func (a *App) prepareSchema(ctx context.Context) error {
 	a.log.Info("schema ready", slog.Uint64("version", uint64(have)))
 	var anyone bool
 	if err := a.pool.QueryRow(ctx, `SELECT appdor_anyone_can_sign_in()`).Scan(&anyone); err == nil && !anyone {
-		a.log.Info("first run: nobody can sign in yet; create a realm, an owner and a token with " +
-			"`appdor realm create NAME`, then `appdor user create --realm ID --email E --password P --role owner`, " +
+		// The link's secret is written to the log on purpose, this once:
+		// whoever can read the server's log runs the server. It is spent
+		// when the first realm is made, and dies with the process.
+		a.setup = tenancy.NewSetupLink()
+		a.log.Info("first run: nobody can sign in yet; open the setup link to create the first realm and its owner",
+			slog.String("setup_url", a.setupURL()+"/setup?token="+a.setup.Secret()))
+		a.log.Info("first run, scripted instead: `appdor realm create NAME`, then " +
+			"`appdor user create --realm ID --email E --password P --role owner`, " +
 			"then `appdor token create --realm ID --user E --name N` (in Docker: `docker compose exec appdor appdor ...`)")
 	}
 	return nil
 }
+
+// setupURL is where this server is reached, as best it knows: its listen
+// address, with an unspecified host as localhost.
+func (a *App) setupURL() string {
+	host, port, err := net.SplitHostPort(a.cfg.Listen)
+	if err != nil {
+		return "http://localhost"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// SetupLink is the first run's one-time link, nil when someone could sign in
+// at start or once it is spent; for tests.
+func (a *App) SetupLink() *tenancy.SetupLink { return a.setup }
 
 // routes builds the middleware chain and mounts every domain. The order is
 // the request path of DESIGN.md: request id, recover, access log, body limit;
@@ -361,12 +395,21 @@ func (a *App) routes() {
 	// passes the gates in this order. Every route on api reads or writes
 	// realm data, or a realm's people and tokens.
 	v1 := e.Group("/api/v1")
-	api := v1.Group("", a.tenancy.Authenticate(), a.trackRealm, a.rateLimit())
+	api := v1.Group("", a.tenancy.Authenticate(), a.recordUsage, a.trackRealm, a.rateLimit())
 	api.Use(a.admit()) // the last gate: keep it after every other middleware of api
 	v1.GET("/openapi.json", openAPIDocument)
 	tenancy.NewPeople(a.tenancy, tenancy.PeopleConfig{
 		LoginConcurrency: a.cfg.LoginConcurrency, Screen: a.loginScreen(), Log: a.log, Registerer: a.metrics,
+		Setup: a.setup,
 	}).Routes(v1)
+	// The setup page exists only with its link's secret.
+	e.GET("/setup", func(c echo.Context) error {
+		if !a.setup.Valid(c.QueryParam("token")) {
+			return echo.ErrNotFound
+		}
+		a.ui.ServeHTTP(c.Response(), c.Request()) // mountUI, below, sets it
+		return nil
+	})
 
 	gh := grid.New(a.db)
 	gh.CSVBodyLimit = a.cfg.CSVBodyLimit
@@ -380,10 +423,13 @@ func (a *App) routes() {
 	a.liveHub().Routes(api, gh.CheckTable)
 	a.automationService().Routes(api)
 	a.tenancy.TokenRoutes(api)
+	a.tenancy.MemberRoutes(api)
+	a.tenancy.AuditRoutes(api)
+	a.usageRoutes(api)
 
 	// The Airtable-compatible API passes the same gates; its errors, the
 	// gates' refusals among them, answer in Airtable's shape (errorHandler).
-	v0 := e.Group(airtable.Prefix, a.tenancy.Authenticate(), a.trackRealm, a.rateLimit())
+	v0 := e.Group(airtable.Prefix, a.tenancy.Authenticate(), a.recordUsage, a.trackRealm, a.rateLimit())
 	v0.Use(a.admitAirtable()) // the last gate, as on api
 	airtable.New(gh).Routes(v0)
 
@@ -433,6 +479,7 @@ func (a *App) Close() {
 	a.stopLive()
 	a.stopAutomations()
 	a.stopLimiter()
+	a.stopUsage()
 	if a.redis != nil {
 		a.redis.Close()
 	}

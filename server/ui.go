@@ -15,6 +15,7 @@ import (
 // /api stays a coded JSON 404 instead of becoming index.html.
 func (a *App) mountUI(e *echo.Echo) {
 	ui := web.Handler()
+	a.ui = ui
 	serve := func(c echo.Context) error {
 		p := c.Request().URL.Path
 		if p == "/api" || strings.HasPrefix(p, "/api/") {

@@ -40,6 +40,9 @@ type PeopleConfig struct {
 	// sign-in counters; nil discards them.
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
+	// Setup, when set, is the first run's one-time link: POST /setup
+	// with its secret makes the first realm and owner.
+	Setup *SetupLink
 }
 
 // LoginScreen decides, before any work, whether the client at addr may try
@@ -55,6 +58,7 @@ type People struct {
 	wait   time.Duration
 	screen LoginScreen
 	log    *slog.Logger
+	setup  *SetupLink
 
 	logins  *prometheus.CounterVec // by result: ok, wrong, refused, rate_limited
 	refused prometheus.Counter
@@ -78,7 +82,7 @@ func NewPeople(s *Service, cfg PeopleConfig) *People {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	p := &People{
-		svc: s, slots: make(chan struct{}, n), wait: cfg.LoginWait, screen: cfg.Screen, log: cfg.Log,
+		svc: s, slots: make(chan struct{}, n), wait: cfg.LoginWait, screen: cfg.Screen, log: cfg.Log, setup: cfg.Setup,
 		refusedLog: appdor.EveryInterval{Interval: loginLogInterval},
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appdor_logins_total",
@@ -102,6 +106,51 @@ func (p *People) Routes(g *echo.Group) {
 	g.POST("/auth/login", p.login)
 	g.POST("/auth/logout", p.svc.logout)
 	g.GET("/me", p.svc.me, p.svc.Identify())
+	g.POST("/auth/invite", p.acceptInvite)
+	p.setupRoutes(g)
+}
+
+// acceptInvite sets the password of a person added by invite and signs them
+// in. It hashes a password, so it takes a password-check slot as sign-in does.
+func (p *People) acceptInvite(c echo.Context) error {
+	var in struct {
+		Token    string `json:"token"`
+		Password string `json:"password"`
+	}
+	if ct := c.Request().Header.Get(echo.HeaderContentType); !strings.HasPrefix(strings.ToLower(ct), echo.MIMEApplicationJSON) {
+		return appdor.Errorf(appdor.EInvalid, "send {\"token\",\"password\"} with Content-Type: application/json")
+	}
+	if err := appdor.DecodeJSON(c.Request().Body, &in); err != nil {
+		return err
+	}
+	release, err := p.acquire(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	sess, user, err := p.svc.AcceptInvite(ctx, in.Token, in.Password)
+	release()
+	if err != nil {
+		return err
+	}
+	return p.signedIn(c, sess, user)
+}
+
+// signedIn answers a sign-in: the session's cookies, replacing the
+// browser's previous session, and who they are.
+func (p *People) signedIn(c echo.Context, sess Session, user User) error {
+	ctx := c.Request().Context()
+	if ck, err := c.Cookie(SessionCookie); err == nil && ck.Value != "" {
+		if err := p.svc.Logout(ctx, ck.Value); err != nil {
+			return err
+		}
+	}
+	_, realms, err := p.svc.Me(ctx, user.ID, nil)
+	if err != nil {
+		return err
+	}
+	SetSessionCookies(c, sess)
+	return c.JSON(http.StatusOK, MeResponse{User: user, Realms: realms})
 }
 
 var errLoginBusy = &appdor.Error{
@@ -192,7 +241,7 @@ func (p *People) login(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, user, err := p.svc.Login(ctx, in.Email, in.Password)
+	sess, user, err := p.svc.Login(ctx, in.Email, in.Password, c.RealIP())
 	release()
 	if err != nil {
 		if appdor.ErrorCode(err) == appdor.EUnauthorized {
@@ -203,17 +252,7 @@ func (p *People) login(c echo.Context) error {
 	p.logins.WithLabelValues("ok").Inc()
 	// Signing in again replaces the browser's previous session rather than
 	// leaving it alive behind a cookie that is about to be overwritten.
-	if ck, err := c.Cookie(SessionCookie); err == nil && ck.Value != "" {
-		if err := p.svc.Logout(ctx, ck.Value); err != nil {
-			return err
-		}
-	}
-	_, realms, err := p.svc.Me(ctx, user.ID, nil)
-	if err != nil {
-		return err
-	}
-	SetSessionCookies(c, sess)
-	return c.JSON(http.StatusOK, MeResponse{User: user, Realms: realms})
+	return p.signedIn(c, sess, user)
 }
 
 // logout ends the cookie's session and clears both cookies. It answers 204

@@ -114,7 +114,9 @@ func NormalizeEmail(email string) string { return strings.ToLower(strings.TrimSp
 
 // Login checks email and password and opens a session. A wrong email and a
 // wrong password give the same error after the same work.
-func (s *Service) Login(ctx context.Context, email, password string) (Session, User, error) {
+// A known person's sign-in, and a failed one, go in the audit log of each of
+// their realms, with addr, the client's address.
+func (s *Service) Login(ctx context.Context, email, password, addr string) (Session, User, error) {
 	email = strings.TrimSpace(email)
 	if err := appdor.Email.Check("email", email); err != nil {
 		return Session{}, User{}, err // before any query: PostgreSQL refuses NUL (22P05)
@@ -123,8 +125,8 @@ func (s *Service) Login(ctx context.Context, email, password string) (Session, U
 		u    User
 		hash string
 	)
-	err := s.lookupRow(ctx, rls.Keys{Email: email}, `SELECT id, email, password_hash FROM users WHERE lower(email) = lower($1)`, email).
-		Scan(&u.ID, &u.Email, &hash)
+	err := s.lookupRow(ctx, rls.Keys{Email: email}, `SELECT id, email, password_hash, operator FROM users WHERE lower(email) = lower($1)`, email).
+		Scan(&u.ID, &u.Email, &hash, &u.Operator)
 	known := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return Session{}, User{}, rls.Interpret(err)
@@ -134,27 +136,37 @@ func (s *Service) Login(ctx context.Context, email, password string) (Session, U
 	}
 	// bcrypt looks at 72 bytes only; a longer password was never set.
 	ok := bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) == nil && len(password) <= 72
+	if known {
+		if err := s.lookupExec(ctx, rls.Keys{}, `SELECT appdor_audit_sign_in($1, $2, $3)`, u.ID, ok, addr); err != nil {
+			return Session{}, User{}, rls.Interpret(err)
+		}
+	}
 	if !known || !ok {
 		return Session{}, User{}, errBadLogin
 	}
+	sess, err := s.startSession(ctx, u.ID)
+	return sess, u, err
+}
 
+// startSession opens a session for a person who has proved who they are.
+func (s *Service) startSession(ctx context.Context, user uuid.UUID) (Session, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		return Session{}, User{}, err
+		return Session{}, err
 	}
-	sess := Session{Secret: sessionPrefix + base64.RawURLEncoding.EncodeToString(b), UserID: u.ID}
+	sess := Session{Secret: sessionPrefix + base64.RawURLEncoding.EncodeToString(b), UserID: user}
 	sess.CSRF = CSRFToken(sess.Secret)
 	// Expired sessions of this person are swept on the way in.
-	err = s.lookupRow(ctx, rls.Keys{User: u.ID},
+	err := s.lookupRow(ctx, rls.Keys{User: user},
 		`WITH sweep AS (DELETE FROM sessions WHERE user_id = $2 AND expires_at <= now())
 		 INSERT INTO sessions (hash, user_id, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3))
-		 RETURNING expires_at`, hashSecret(sess.Secret), u.ID, SessionTTL.Seconds()).Scan(&sess.ExpiresAt)
+		 RETURNING expires_at`, hashSecret(sess.Secret), user, SessionTTL.Seconds()).Scan(&sess.ExpiresAt)
 	if err != nil {
-		return Session{}, User{}, rls.Interpret(err)
+		return Session{}, rls.Interpret(err)
 	}
 	// The browser's first requests come at once; they need no screening.
 	s.known.add(sha256.Sum256([]byte(sess.Secret)))
-	return sess, u, nil
+	return sess, nil
 }
 
 // Logout ends the session with this secret. Ending one that is already gone
@@ -281,7 +293,7 @@ func (s *Service) Me(ctx context.Context, user uuid.UUID, only *uuid.UUID) (User
 				name *string
 				role *string
 			)
-			if err := rows.Scan(&u.ID, &u.Email, &id, &name, &role); err != nil {
+			if err := rows.Scan(&u.ID, &u.Email, &u.Operator, &id, &name, &role); err != nil {
 				return err
 			}
 			found = true
@@ -291,7 +303,7 @@ func (s *Service) Me(ctx context.Context, user uuid.UUID, only *uuid.UUID) (User
 		}
 		return rows.Err()
 	},
-		`SELECT u.id, u.email, r.id, r.name, m.role
+		`SELECT u.id, u.email, u.operator, r.id, r.name, m.role
 		 FROM users u
 		 LEFT JOIN memberships m ON m.user_id = u.id AND ($2::uuid IS NULL OR m.realm_id = $2)
 		 LEFT JOIN realms r ON r.id = m.realm_id

@@ -79,6 +79,9 @@ type Realm struct {
 type User struct {
 	ID    uuid.UUID `json:"id"`
 	Email string    `json:"email"`
+	// Operator: an administrator of the instance, who sees every realm's
+	// usage (never its rows).
+	Operator bool `json:"operator"`
 }
 
 // Member is a user's membership of a realm.
@@ -119,6 +122,16 @@ type Service struct {
 	relookups chan struct{}
 	// refusals counts and logs what the guard's own bounds refuse.
 	refusals *guardRefusals
+	// TokenActivity, when set, gives the token list each token's last use
+	// and last hour (the server reads them from the usage gauges).
+	TokenActivity func(ctx context.Context, realm uuid.UUID) (map[uuid.UUID]TokenActivity, error)
+}
+
+// TokenActivity is what the token list shows of a token's use.
+type TokenActivity struct {
+	LastUsedAt       *time.Time `json:"last_used_at"`
+	RequestsLastHour int64      `json:"requests_last_hour"`
+	RefusedLastHour  int64      `json:"refused_last_hour"`
 }
 
 // New returns a Service on pool; its lookups and tenant transactions have
@@ -195,21 +208,18 @@ func (s *Service) CreateRealm(ctx context.Context, name string) (Realm, error) {
 // first time the email is seen; a later call for another realm adds a
 // membership and must give the same password.
 func (s *Service) CreateUser(ctx context.Context, realm uuid.UUID, email, password string, role Role) (Member, error) {
-	email = strings.TrimSpace(email)
-	if err := appdor.Email.Check("email", email); err != nil {
+	email, err := checkEmail(email)
+	if err != nil {
 		return Member{}, err
 	}
-	if !strings.Contains(email, "@") || len(email) < 3 {
-		return Member{}, appdor.Errorf(appdor.EValidation, "%q is not an email address", email)
-	}
-	if len(password) < 8 || len(password) > 72 {
-		return Member{}, appdor.Errorf(appdor.EValidation, "a password has 8 to 72 characters")
+	if err := checkPassword(password); err != nil {
+		return Member{}, err
 	}
 	if _, err := ParseRole(string(role)); err != nil {
 		return Member{}, err
 	}
 	m := Member{RealmID: realm, Role: role}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var hash string
 		err := tx.QueryRow(ctx, `SELECT id, email, password_hash FROM users WHERE lower(email) = lower($1)`, email).
 			Scan(&m.ID, &m.Email, &hash)
@@ -234,6 +244,32 @@ func (s *Service) CreateUser(ctx context.Context, realm uuid.UUID, email, passwo
 		return err
 	})
 	return m, rls.Interpret(err)
+}
+
+// checkEmail trims an email address and refuses one that is not.
+func checkEmail(email string) (string, error) {
+	email = strings.TrimSpace(email)
+	if err := appdor.Email.Check("email", email); err != nil {
+		return "", err
+	}
+	if !strings.Contains(email, "@") || len(email) < 3 {
+		return "", appdor.Errorf(appdor.EValidation, "%q is not an email address", email)
+	}
+	return email, nil
+}
+
+// checkPassword refuses a password bcrypt cannot keep whole, or a short one.
+func checkPassword(password string) error {
+	if len(password) < 8 || len(password) > 72 {
+		return appdor.Errorf(appdor.EValidation, "a password has 8 to 72 characters")
+	}
+	return nil
+}
+
+// hashPassword is bcrypt at its default cost.
+func hashPassword(password string) (string, error) {
+	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	return string(h), err
 }
 
 // tokenPrefix marks Appdor tokens, so a leaked one is recognisable in a scan.

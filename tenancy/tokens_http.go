@@ -55,7 +55,11 @@ func (s *Service) createTokenHTTP(c echo.Context) error {
 	)
 	err := s.db.Tx(ctx, p.RealmID, func(tx pgx.Tx) (err error) {
 		t, secret, err = s.createToken(ctx, tx, p.RealmID, p.UserID, in.Name, in.RequestsPerMinute)
-		return err
+		if err != nil {
+			return err
+		}
+		return audit(ctx, tx, p.RealmID, actorOf(p), "token_created", map[string]any{
+			"token_id": t.ID, "name": t.Name, "requests_per_minute": t.RequestsPerMinute})
 	})
 	if err != nil {
 		return err
@@ -64,25 +68,47 @@ func (s *Service) createTokenHTTP(c echo.Context) error {
 	return c.JSON(http.StatusCreated, NewToken{Token: t, Secret: secret})
 }
 
+// TokenInfo is a token as the token list shows it: with its owner's email
+// and its use (when the server keeps usage).
+type TokenInfo struct {
+	Token
+	OwnerEmail string `json:"owner_email"`
+	TokenActivity
+}
+
 func (s *Service) listTokens(c echo.Context) error {
 	p := PrincipalOf(c)
-	var tokens []Token
-	err := s.db.Query(c.Request().Context(), p.RealmID, func(rows pgx.Rows) (err error) {
-		tokens, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Token, error) {
-			var t Token
-			err := r.Scan(&t.ID, &t.RealmID, &t.UserID, &t.Name, &t.RequestsPerMinute, &t.CreatedAt, &t.RevokedAt)
+	ctx := c.Request().Context()
+	var tokens []TokenInfo
+	err := s.db.Query(ctx, p.RealmID, func(rows pgx.Rows) (err error) {
+		tokens, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (TokenInfo, error) {
+			var t TokenInfo
+			err := r.Scan(&t.ID, &t.RealmID, &t.UserID, &t.Name, &t.RequestsPerMinute, &t.CreatedAt, &t.RevokedAt, &t.OwnerEmail)
 			return t, err
 		})
 		return err
 	},
-		`SELECT t.id, t.realm_id, t.user_id, t.name, l.requests_per_minute, t.created_at, t.revoked_at
+		`SELECT t.id, t.realm_id, t.user_id, t.name, l.requests_per_minute, t.created_at, t.revoked_at,
+		        coalesce(m.email, '')
 		 FROM api_tokens t
 		 LEFT JOIN token_limits l ON l.realm_id = t.realm_id AND l.token_id = t.id
+		 LEFT JOIN appdor_members() m ON m.user_id = t.user_id
 		 WHERE t.realm_id = $1
 		 ORDER BY t.created_at, t.id
 		 LIMIT 10000`, p.RealmID)
 	if err != nil {
 		return err
+	}
+	if s.TokenActivity != nil && len(tokens) > 0 {
+		// Without the gauges (Redis down) the list still answers, without use.
+		if act, err := s.TokenActivity(ctx, p.RealmID); err == nil {
+			for i := range tokens {
+				tokens[i].TokenActivity = act[tokens[i].ID]
+			}
+		}
+	}
+	if tokens == nil {
+		tokens = []TokenInfo{}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"tokens": tokens})
 }
@@ -126,9 +152,13 @@ func (s *Service) setTokenLimit(c echo.Context) error {
 		 ), del AS (
 		   DELETE FROM token_limits l USING t
 		   WHERE $3::int IS NULL AND l.realm_id = t.realm_id AND l.token_id = t.id
+		 ), a AS (
+		   INSERT INTO audit_log (realm_id, actor, action, detail)
+		   SELECT realm_id, $5, 'token_limit_changed', jsonb_build_object('token_id', id, 'name', name, 'requests_per_minute', $3::int)
+		   FROM t
 		 )
 		 SELECT id, realm_id, user_id, name, created_at, revoked_at, pg_notify($4, id::text) FROM t`,
-		p.RealmID, id, rpm, TokenChannel)
+		p.RealmID, id, rpm, TokenChannel, actorOf(p))
 	if err != nil {
 		return err
 	}
@@ -148,11 +178,17 @@ func (s *Service) revokeTokenHTTP(c echo.Context) error {
 	}
 	found := false
 	err = s.db.Query(c.Request().Context(), p.RealmID, scanOne(&found, nil),
-		`WITH t AS (
+		`WITH old AS (
+		   SELECT id, revoked_at FROM api_tokens WHERE realm_id = $1 AND id = $2 FOR UPDATE
+		 ), t AS (
 		   UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
-		   WHERE realm_id = $1 AND id = $2 RETURNING id
+		   WHERE realm_id = $1 AND id = $2 RETURNING id, name
+		 ), a AS (
+		   INSERT INTO audit_log (realm_id, actor, action, detail)
+		   SELECT $1, $4, 'token_revoked', jsonb_build_object('token_id', t.id, 'name', t.name)
+		   FROM t JOIN old USING (id) WHERE old.revoked_at IS NULL
 		 )
-		 SELECT pg_notify($3, id::text) FROM t`, p.RealmID, id, TokenChannel)
+		 SELECT pg_notify($3, id::text) FROM t`, p.RealmID, id, TokenChannel, actorOf(p))
 	if err != nil {
 		return err
 	}

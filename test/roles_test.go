@@ -44,6 +44,8 @@ type roleFixture struct {
 	// AutomationID is an automation of the table, named "Fixture", with a
 	// run (RunID) whose webhook delivery is dead.
 	AutomationID, RunID string
+	// MemberID is a viewer of the realm, besides the callers.
+	MemberID string
 }
 
 // roleScenarios is the table: every API route, its lowest role and its
@@ -108,6 +110,26 @@ var roleScenarios = []roleScenario{
 	{method: "PATCH", route: "/api/v1/tokens/:id", min: tenancy.RoleOwner, ok: http.StatusOK,
 		body: func(roleFixture) any { return map[string]any{"requests_per_minute": 30} }},
 	{method: "DELETE", route: "/api/v1/tokens/:id", min: tenancy.RoleOwner, ok: http.StatusNoContent},
+
+	{method: "POST", route: "/api/v1/auth/invite", public: http.StatusNotFound,
+		body: func(roleFixture) any { return map[string]any{"token": "inv_not-an-invite", "password": "correct horse"} }},
+	{method: "GET", route: "/api/v1/setup", public: http.StatusNotFound},
+	{method: "POST", route: "/api/v1/setup", public: http.StatusNotFound,
+		body: func(roleFixture) any {
+			return map[string]any{"token": "setup_guess", "realm": "R", "email": "a@example.test", "password": "correct horse"}
+		}},
+	{method: "GET", route: "/api/v1/members", min: tenancy.RoleOwner, ok: http.StatusOK},
+	{method: "POST", route: "/api/v1/members", min: tenancy.RoleOwner, ok: http.StatusCreated,
+		body: func(f roleFixture) any {
+			return map[string]any{"email": "added-" + f.TableID[:8] + "@example.test", "role": "viewer", "password": "correct horse"}
+		}},
+	{method: "PATCH", route: "/api/v1/members/:user", min: tenancy.RoleOwner, ok: http.StatusOK,
+		body: func(roleFixture) any { return map[string]any{"role": "editor"} }},
+	{method: "DELETE", route: "/api/v1/members/:user", min: tenancy.RoleOwner, ok: http.StatusNoContent},
+	{method: "GET", route: "/api/v1/audit", min: tenancy.RoleOwner, ok: http.StatusOK},
+	{method: "GET", route: "/api/v1/usage", min: tenancy.RoleOwner, ok: http.StatusOK},
+	// Operators only: no caller here is one, whatever their role.
+	{method: "GET", route: "/api/v1/operator/usage", min: tenancy.RoleViewer, ok: http.StatusForbidden},
 }
 
 // expect is the status a caller with role ("" for none) gets.
@@ -125,7 +147,7 @@ func (s roleScenario) expect(role tenancy.Role) int {
 
 func (s roleScenario) path(f roleFixture) string {
 	return strings.NewReplacer(":app", f.AppID, ":table", f.TableID, ":field", f.FieldID, ":row", f.RowID, ":id", f.TokenID,
-		":automation", f.AutomationID, ":run", f.RunID).Replace(s.route)
+		":automation", f.AutomationID, ":run", f.RunID, ":user", f.MemberID).Replace(s.route)
 }
 
 // roleCaller is who sends a scenario's request: a role through a token or a
@@ -230,7 +252,8 @@ func TestRoles(t *testing.T) {
 		t.Helper()
 		tok, _, err := app.Tenancy.CreateToken(context.Background(), owner.RealmID, owner.Email, "fixture", nil)
 		require.NoError(t, err)
-		f := roleFixture{seeded: seed(t, app, owner.Token, 1), TokenID: tok.ID.String()}
+		f := roleFixture{seeded: seed(t, app, owner.Token, 1), TokenID: tok.ID.String(),
+			MemberID: app.AddMember(t, owner.RealmID, tenancy.RoleViewer, nil).UserID.String()}
 		res := app.Do(t, "POST", "/api/v1/tables/"+f.TableID+"/automations", owner.Token, map[string]any{
 			"name": "Fixture", "trigger": map[string]any{"event": "row.deleted"},
 			"actions": []any{map[string]any{"type": "webhook", "url": "https://example.invalid/hook"}}})

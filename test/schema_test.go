@@ -118,6 +118,13 @@ func TestIsolationInSQL(t *testing.T) {
 		require.NoError(t, err)
 	}
 
+	// An invite of a member of each realm.
+	for _, r := range []uuid.UUID{a.RealmID, b.RealmID} {
+		_, err = pool.Exec(t.Context(), `INSERT INTO invites (realm_id, hash, user_id, expires_at)
+			SELECT realm_id, gen_random_uuid()::text::bytea, user_id, now() + interval '1 day' FROM memberships WHERE realm_id = $1`, r)
+		require.NoError(t, err)
+	}
+
 	tables := realmTables(t, pool)
 	tables = append(tables, "realms")
 	// countAs runs one count inside a transaction as the tenant role with

@@ -1,0 +1,14 @@
+DROP FUNCTION IF EXISTS appdor_operator_realms(uuid);
+DROP FUNCTION IF EXISTS appdor_setup(text, text, text);
+DROP FUNCTION IF EXISTS appdor_audit_sign_in(uuid, boolean, text);
+DROP FUNCTION IF EXISTS appdor_accept_invite(bytea, text);
+DROP FUNCTION IF EXISTS appdor_end_sessions_of_removed(uuid);
+DROP FUNCTION IF EXISTS appdor_add_member(text, text, text);
+DROP FUNCTION IF EXISTS appdor_members();
+DROP INDEX IF EXISTS audit_log_action_idx;
+REVOKE DELETE ON api_tokens FROM appdor_tenant;
+REVOKE UPDATE (role), DELETE ON memberships FROM appdor_tenant;
+DROP TABLE IF EXISTS invites;
+REVOKE SELECT (operator) ON users FROM appdor_server;
+ALTER TABLE users DROP COLUMN IF EXISTS last_sign_in_at;
+ALTER TABLE users DROP COLUMN IF EXISTS operator;
