@@ -654,6 +654,13 @@ func TestGoneDisablesTheWebhook(t *testing.T) {
 	f.insert(map[string]any{"name": "b"})
 	time.Sleep(500 * time.Millisecond)
 	require.Len(t, s.received(), 1, "a disabled webhook is not called again")
+	// The owner's audit log says so.
+	owner := f.app.AddMember(t, f.tenant.RealmID, tenancy.RoleOwner, nil)
+	res := f.app.Do(t, "GET", "/api/v1/audit?action=webhook_disabled", owner.Token, nil)
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	entries := res.Map(t)["entries"].([]any)
+	require.Len(t, entries, 1)
+	require.Equal(t, s.srv.URL, entries[0].(map[string]any)["detail"].(map[string]any)["url"])
 }
 
 func TestDeadDeliveryIsReplayedWithItsID(t *testing.T) {

@@ -263,6 +263,12 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, d *delivery, out outcom
 			 WHERE realm_id = $1 AND id = $2`, d.realm, d.automation, d.action); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx,
+			`INSERT INTO audit_log (realm_id, actor, action, detail)
+			 VALUES ($1, 'appdor', 'webhook_disabled', jsonb_build_object('automation_id', $2::uuid, 'action_id', $3::text, 'url', $4::text))`,
+			d.realm, d.automation, d.action, d.url); err != nil {
+			return err
+		}
 		s.log.Warn("automations: a webhook receiver answered 410 Gone; its action is disabled",
 			slog.String("realm", d.realm.String()), slog.String("automation", d.automation.String()), slog.String("action", d.action))
 	default:

@@ -153,7 +153,7 @@ type App struct {
 	setup *tenancy.SetupLink
 	ui    http.Handler
 	// usage adds up each realm's requests for the gauges; nil without Redis.
-	usage *usage.Recorder
+	usage   *usage.Recorder
 	echo    *echo.Echo
 	metrics *prometheus.Registry
 

@@ -112,7 +112,9 @@ var roleScenarios = []roleScenario{
 	{method: "DELETE", route: "/api/v1/tokens/:id", min: tenancy.RoleOwner, ok: http.StatusNoContent},
 
 	{method: "POST", route: "/api/v1/auth/invite", public: http.StatusNotFound,
-		body: func(roleFixture) any { return map[string]any{"token": "inv_not-an-invite", "password": "correct horse"} }},
+		body: func(roleFixture) any {
+			return map[string]any{"token": "inv_not-an-invite", "password": "correct horse"}
+		}},
 	{method: "GET", route: "/api/v1/setup", public: http.StatusNotFound},
 	{method: "POST", route: "/api/v1/setup", public: http.StatusNotFound,
 		body: func(roleFixture) any {

@@ -77,7 +77,7 @@ type Recorder struct {
 	// Episode, when set, hears of each realm that had concurrency_limited
 	// refusals in a flush after none in the flush before: the start of a
 	// refusal episode, for the audit log.
-	Episode func(realm uuid.UUID, reason string, refused int64)
+	Episode     func(realm uuid.UUID, reason string, refused int64)
 	lastRefused map[uuid.UUID]bool
 }
 
@@ -203,7 +203,9 @@ func realmKey(realm uuid.UUID, minute int64) string {
 
 func activeKey(minute int64) string { return "appdor:usage:realms:" + strconv.FormatInt(minute, 10) }
 
-func lastUsedKey(realm uuid.UUID) string { return "appdor:usage:{" + realm.String() + "}:token_last_used" }
+func lastUsedKey(realm uuid.UUID) string {
+	return "appdor:usage:{" + realm.String() + "}:token_last_used"
+}
 
 // Flush writes what was added up since the last flush, in one pipeline.
 // What Redis does not take is logged and dropped: usage is a gauge, not a
