@@ -103,7 +103,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    UPDATE public.users u SET password_hash = p_password_hash
+    UPDATE public.users u SET password_hash = p_password_hash, last_sign_in_at = now()
     WHERE u.id = appdor_accept_invite.user_id AND u.password_hash = '!'
     RETURNING u.email INTO email;
     IF NOT FOUND THEN
@@ -141,7 +141,7 @@ BEGIN
         RETURN;
     END IF;
     INSERT INTO public.realms (name) VALUES (p_realm) RETURNING id INTO realm_id;
-    INSERT INTO public.users (email, password_hash, operator) VALUES (p_email, p_password_hash, true)
+    INSERT INTO public.users (email, password_hash, operator, last_sign_in_at) VALUES (p_email, p_password_hash, true, now())
     RETURNING id INTO user_id;
     INSERT INTO public.memberships (realm_id, user_id, role) VALUES (appdor_setup.realm_id, appdor_setup.user_id, 'owner');
     INSERT INTO public.audit_log (realm_id, actor, action, detail)

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { focusCell, gridCentre, launch, screenshotDir, seedRealm, seedTable, signIn, startAppdor } from "./lib.mjs";
 import { automationTests } from "./automations.mjs";
 import { liveTests } from "./live.mjs";
+import { adminTests } from "./admin.mjs";
 
 const shots = screenshotDir();
 const tests = [];
@@ -277,6 +278,7 @@ try {
   });
 
   automationTests({ test, expect, watchConsole, openTable, editCell, app, realm: a, table, f, shots });
+  adminTests({ test, expect, watchConsole, shots });
   liveTests({ test, expect, watchConsole, openTable, editCell, app, realm: a, other: b, table, f });
 
   for (const t of tests) {

@@ -4,6 +4,8 @@ import { messageOf } from "./messages";
 import { linkClick, navigate, usePath } from "./router";
 import { NotFound } from "./NotFound";
 import { TableView } from "./TableView";
+import { InvitePage, SetupPage } from "./admin/FirstRun";
+import { Settings } from "./admin/Settings";
 
 const realmKey = "appdor.realm";
 
@@ -46,7 +48,7 @@ export function AppRoot() {
     setMe(m);
     if (m.realms.length === 1) setRealm(m.realms[0].id);
     else if (!m.realms.some((r) => r.id === realm)) setRealm(null);
-    if (path === "/login") navigate("/", true);
+    if (path === "/login" || path === "/setup" || path === "/invite") navigate("/", true);
   };
   const signOut = async () => {
     try {
@@ -59,6 +61,9 @@ export function AppRoot() {
     navigate("/login");
   };
 
+  const linkToken = new URLSearchParams(location.search).get("token") ?? "";
+  if (path === "/setup") return <SetupPage api={api} token={linkToken} onSignedIn={signedIn} />;
+  if (path === "/invite") return <InvitePage api={api} token={linkToken} onSignedIn={signedIn} />;
   if (me === null) return <Login api={api} onSignedIn={signedIn} />;
 
   const tableMatch = /^\/t\/([^/]+)\/?$/.exec(path);
@@ -71,6 +76,8 @@ export function AppRoot() {
   else if (canRenderTable) body = <TableView key={tableMatch[1]} api={api} tableId={decodeURIComponent(tableMatch[1])} role={current?.role} />;
   else if (me === undefined) body = <div className="page muted">Loading…</div>;
   else if (path === "/" || path === "/login") body = <Home api={api} />;
+  else if (current && me && /^\/settings(\/[a-z]*)?\/?$/.test(path))
+    body = <Settings api={api} tab={path.split("/")[2] ?? ""} realm={current} userId={me.user.id} operator={!!me.user.operator} />;
   else body = <NotFound what="page" />;
 
   return (
@@ -98,6 +105,16 @@ export function AppRoot() {
               <span className="realm" title="Realm">
                 {current?.name}
               </span>
+            )}
+            {current && (current.role === "owner" || me.user.operator) && (
+              <a
+                className="btn ghost"
+                href={current.role === "owner" ? "/settings/members" : "/settings/realms"}
+                onClick={linkClick(current.role === "owner" ? "/settings/members" : "/settings/realms")}
+                aria-current={path.startsWith("/settings") ? "page" : undefined}
+              >
+                Settings
+              </a>
             )}
             <span className="user" title="Signed in as">
               {me.user.email}

@@ -41,6 +41,7 @@ export function retryAfterMs(headers: Headers, bodyMs?: number): number {
 export interface User {
   id: string;
   email: string;
+  operator?: boolean;
 }
 export interface Realm {
   id: string;
@@ -159,6 +160,55 @@ export interface RunsPage {
 
 const unsafe = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 
+export type Role = "owner" | "editor" | "viewer";
+export interface Member {
+  user_id: string;
+  email: string;
+  role: Role;
+  created_at: string;
+  last_sign_in_at: string | null;
+  invited: boolean;
+}
+export interface MemberAdded extends Member {
+  existing: boolean;
+  invite_path?: string;
+}
+export interface TokenInfo {
+  id: string;
+  user_id: string;
+  name: string;
+  requests_per_minute: number | null;
+  created_at: string;
+  revoked_at?: string | null;
+  owner_email: string;
+  last_used_at: string | null;
+  requests_last_hour: number;
+  refused_last_hour: number;
+}
+export interface AuditEntry {
+  id: number;
+  at: string;
+  actor: string;
+  action: string;
+  detail: Record<string, unknown>;
+}
+export interface UsageMinute {
+  at: string;
+  requests: number;
+  p95_ms: number | null;
+  refused: Record<string, number>;
+  seats: number;
+  queue_waits: number;
+  mean_wait_ms: number | null;
+}
+export interface RealmUsage {
+  id: string;
+  name?: string;
+  requests_last_hour: number;
+  refused_last_hour: number;
+  minutes: UsageMinute[];
+}
+
 export function readCookie(name: string, cookie: string): string | null {
   for (const part of cookie.split(";")) {
     const [k, ...v] = part.trim().split("=");
@@ -248,6 +298,51 @@ export class Api {
   }
   logout() {
     return this.json<void>("POST", "/api/v1/auth/logout");
+  }
+  checkSetup(token: string) {
+    return this.json<void>("GET", "/api/v1/setup?token=" + encodeURIComponent(token));
+  }
+  setup(token: string, realm: string, email: string, password: string) {
+    return this.json<Me>("POST", "/api/v1/setup", { token, realm, email, password });
+  }
+  acceptInvite(token: string, password: string) {
+    return this.json<Me>("POST", "/api/v1/auth/invite", { token, password });
+  }
+  members() {
+    return this.read<{ members: Member[] }>("/api/v1/members");
+  }
+  addMember(email: string, role: Role, password?: string) {
+    return this.json<MemberAdded>("POST", "/api/v1/members", password ? { email, role, password } : { email, role });
+  }
+  changeMember(user: string, role: Role) {
+    return this.json<Member>("PATCH", `/api/v1/members/${user}`, { role });
+  }
+  removeMember(user: string) {
+    return this.json<void>("DELETE", `/api/v1/members/${user}`);
+  }
+  tokens() {
+    return this.read<{ tokens: TokenInfo[] }>("/api/v1/tokens");
+  }
+  createToken(name: string, rpm: number | null) {
+    return this.json<TokenInfo & { token: string }>("POST", "/api/v1/tokens", { name, requests_per_minute: rpm });
+  }
+  setTokenLimit(id: string, rpm: number | null) {
+    return this.json<TokenInfo>("PATCH", `/api/v1/tokens/${id}`, { requests_per_minute: rpm });
+  }
+  revokeToken(id: string) {
+    return this.json<void>("DELETE", `/api/v1/tokens/${id}`);
+  }
+  audit(actions: string[], before: string | null) {
+    const q = new URLSearchParams();
+    if (actions.length) q.set("action", actions.join(","));
+    if (before) q.set("before", before);
+    return this.read<{ entries: AuditEntry[]; next?: string }>("/api/v1/audit?" + q.toString());
+  }
+  usage() {
+    return this.read<{ realm: RealmUsage }>("/api/v1/usage");
+  }
+  operatorUsage() {
+    return this.read<{ realms: RealmUsage[] }>("/api/v1/operator/usage");
   }
   me() {
     return this.read<Me>("/api/v1/me");

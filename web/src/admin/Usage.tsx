@@ -1,0 +1,136 @@
+import { useCallback, useEffect, useMemo, useState } from "react";
+import type { Api, RealmUsage } from "../api";
+import { messageOf } from "../messages";
+import { Chart, type Series } from "./Chart";
+import { reasonLabel } from "./format";
+
+const refusalColors: Record<string, string> = { rate_limited: "#c2410c", concurrency_limited: "#b91c1c", unavailable: "#7c3aed" };
+
+/** The charts' series of a realm's hour. */
+export function usageSeries(u: RealmUsage) {
+  const x = u.minutes.map((m) => new Date(m.at).getTime() / 1000);
+  const reasons = [...new Set(u.minutes.flatMap((m) => Object.keys(m.refused)))].sort();
+  const requests: Series[] = [
+    { label: "requests", values: u.minutes.map((m) => m.requests), color: "#2f6fde" },
+    ...reasons.map((r) => ({ label: reasonLabel[r] ?? r, values: u.minutes.map((m) => m.refused[r] ?? 0), color: refusalColors[r] ?? "#555" })),
+  ];
+  const latency: Series[] = [{ label: "p95 ms", values: u.minutes.map((m) => m.p95_ms), color: "#0f766e" }];
+  const seats: Series[] = [
+    { label: "seats in use", values: u.minutes.map((m) => m.seats), color: "#4338ca" },
+    { label: "queue waits", values: u.minutes.map((m) => m.queue_waits), color: "#a16207" },
+  ];
+  return { x, requests, latency, seats };
+}
+
+export function UsageCharts({ usage, width }: { usage: RealmUsage; width?: number }) {
+  const s = useMemo(() => usageSeries(usage), [usage]);
+  return (
+    <div className="charts">
+      <Chart title="Requests and refusals per minute" x={s.x} series={s.requests} width={width} />
+      <Chart title="Latency, p95 (ms)" x={s.x} series={s.latency} width={width} />
+      <Chart title="Seats in use and queue waits" x={s.x} series={s.seats} width={width} />
+    </div>
+  );
+}
+
+export function Totals({ usage }: { usage: RealmUsage }) {
+  const reasons: Record<string, number> = {};
+  for (const m of usage.minutes) for (const [r, n] of Object.entries(m.refused)) reasons[r] = (reasons[r] ?? 0) + n;
+  return (
+    <p className="totals">
+      <span>
+        <strong data-requests>{usage.requests_last_hour}</strong> requests
+      </span>
+      <span>
+        <strong data-refused>{usage.refused_last_hour}</strong> refused
+        {Object.keys(reasons).length > 0 &&
+          " (" +
+            Object.entries(reasons)
+              .map(([r, n]) => `${n} ${reasonLabel[r] ?? r}`)
+              .join(", ") +
+            ")"}
+      </span>
+      <span className="muted">in the last hour, all replicas</span>
+    </p>
+  );
+}
+
+/** Polls a gauge every 10 s while shown. */
+export function usePolled<T>(fetch: () => Promise<T>) {
+  const [value, setValue] = useState<T | null>(null);
+  const [error, setError] = useState("");
+  const load = useCallback(async () => {
+    try {
+      setValue(await fetch());
+      setError("");
+    } catch (e) {
+      setError(messageOf(e));
+    }
+  }, [fetch]);
+  useEffect(() => {
+    void load();
+    const t = setInterval(() => void load(), 10_000);
+    return () => clearInterval(t);
+  }, [load]);
+  return { value, error, reload: load };
+}
+
+export function UsagePage({ api }: { api: Api }) {
+  const fetch = useCallback(() => api.usage().then((r) => r.realm), [api]);
+  const { value, error, reload } = usePolled(fetch);
+  return (
+    <section aria-labelledby="usage-h">
+      <div className="page-head">
+        <h2 id="usage-h">Usage, the last hour</h2>
+        <button className="btn small" onClick={() => void reload()}>
+          Refresh
+        </button>
+      </div>
+      {error && (
+        <p className="error" role="alert">
+          {error}
+        </p>
+      )}
+      {!value && !error && <p className="muted">Loading…</p>}
+      {value && (
+        <>
+          <Totals usage={value} />
+          <UsageCharts usage={value} />
+        </>
+      )}
+    </section>
+  );
+}
+
+/** Every realm side by side, for operators: names and numbers only. */
+export function OperatorPage({ api }: { api: Api }) {
+  const fetch = useCallback(() => api.operatorUsage().then((r) => r.realms), [api]);
+  const { value, error } = usePolled(fetch);
+  return (
+    <section aria-labelledby="operator-h">
+      <h2 id="operator-h">All realms</h2>
+      <p className="muted">Every realm's usage in the last hour, busiest first. As an operator you see how each realm uses this Appdor, never its rows.</p>
+      {error && (
+        <p className="error" role="alert">
+          {error}
+        </p>
+      )}
+      {!value && !error && <p className="muted">Loading…</p>}
+      <div className="realm-usage">
+        {value?.map((r) => (
+          <article className="card realm-card" key={r.id} data-realm={r.name}>
+            <h3>{r.name}</h3>
+            {r.minutes.length === 0 ? (
+              <p className="muted">No requests in the last hour.</p>
+            ) : (
+              <>
+                <Totals usage={r} />
+                <UsageCharts usage={r} width={300} />
+              </>
+            )}
+          </article>
+        ))}
+      </div>
+    </section>
+  );
+}
