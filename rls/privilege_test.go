@@ -230,7 +230,8 @@ func TestServingRoleCannotChangeTheSchema(t *testing.T) {
 		{sql: `TRUNCATE rows`},
 		{sql: `CREATE TABLE smuggled (x int)`},
 		{sql: `INSERT INTO realms (name) VALUES ('smuggled')`},
-		{sql: `DELETE FROM memberships`},
+		// Owners remove members in their realm's transaction.
+		{sql: `DELETE FROM memberships`, tenant: true},
 		{sql: `UPDATE users SET password_hash = 'x'`},
 		{sql: `UPDATE api_tokens SET revoked_at = now()`, tenant: true},
 		{sql: `DELETE FROM apps`, tenant: true},
