@@ -38,7 +38,7 @@ test-fairness:
 test-wiring:
 	npm run test:fairness -- -gate wiring
 
-# The browser grid: Vitest on its data layer, a check that the committed
+# The browser grid: TypeScript's check, Vitest on its data layer, a check that the committed
 # web/dist matches web/src, then the browser tests (Debian's chromium; the
 # runner builds the real binary and gives it a database of its own), and
 # Airtable's own npm client against the Airtable-compatible API.
@@ -46,6 +46,7 @@ test-wiring:
 test-web:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 	npm ci --no-audit --no-fund
+	npm run typecheck:web
 	npm run test:web
 	npm run check:dist
 	npm run test:e2e

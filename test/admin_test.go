@@ -159,9 +159,16 @@ func TestMembersAddSignInChangeRemove(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
 	require.Equal(t, http.StatusForbidden, b.do(t, "POST", "/api/v1/apps", map[string]any{"name": "No"}).Status)
 
-	// Removed, their session ends (they belong to no realm now).
+	// Removed, their session ends (they belong to no realm now) and their
+	// token of the realm stops at once, on a token cache that knew it.
+	_, colleagueToken, err := app.Tenancy.CreateToken(t.Context(), owner.RealmID, email, "colleague's script", nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, app.Do(t, "GET", "/api/v1/apps", colleagueToken, nil).Status)
 	require.Equal(t, http.StatusNoContent, app.Do(t, "DELETE", "/api/v1/members/"+userID, owner.Token, nil).Status)
 	require.Equal(t, http.StatusUnauthorized, b.do(t, "GET", "/api/v1/apps", nil).Status)
+	require.Eventually(t, func() bool {
+		return app.Do(t, "GET", "/api/v1/apps", colleagueToken, nil).Status == http.StatusUnauthorized
+	}, 2*time.Second, 20*time.Millisecond, "the removed member's token is refused within the notification's delivery, not the cache's 10 s")
 	require.Equal(t, http.StatusNotFound, app.Do(t, "DELETE", "/api/v1/members/"+userID, owner.Token, nil).Status)
 
 	// The audit log tells the story, newest first.

@@ -42,7 +42,9 @@ describe("live", () => {
       () => {
         const s = new FakeSource();
         made.push(s);
-        return s;
+        // The fake has what LiveFeed uses of an EventSource, with looser
+        // listener types than the DOM's overloads.
+        return s as unknown as EventSource & { onerror: ((e: Event) => void) | null };
       },
     );
     expect(states).toEqual(["connecting"]);

@@ -2,6 +2,7 @@ import { useCallback, useEffect, useState } from "react";
 import type { Api, AuditEntry } from "../api";
 import { messageOf } from "../messages";
 import { when } from "./format";
+import { describeAudit } from "./model";
 
 const groups: { label: string; actions: string[] }[] = [
   { label: "Sign-ins", actions: ["sign_in", "sign_in_failed", "invite_accepted", "setup"] },
@@ -10,39 +11,6 @@ const groups: { label: string; actions: string[] }[] = [
   { label: "Refusals", actions: ["rate_limited", "concurrency_limited"] },
   { label: "Automations", actions: ["webhook_disabled"] },
 ];
-
-function describe(e: AuditEntry): string {
-  const d = e.detail as Record<string, string | number | null | undefined>;
-  switch (e.action) {
-    case "setup":
-      return `set up Appdor as ${d.email}`;
-    case "sign_in":
-      return `${d.email} signed in from ${d.address}`;
-    case "sign_in_failed":
-      return `a failed sign-in as ${d.email} from ${d.address}`;
-    case "invite_accepted":
-      return `${d.email} accepted their invite`;
-    case "member_added":
-      return `added ${d.email} as ${d.role}${d.invited ? " (invited)" : ""}`;
-    case "member_role_changed":
-      return `changed ${d.email} from ${d.from} to ${d.to}`;
-    case "member_removed":
-      return `removed ${d.email}`;
-    case "token_created":
-      return `created token ${d.name}${d.requests_per_minute ? ` (${d.requests_per_minute}/min)` : ""}`;
-    case "token_limit_changed":
-      return `set the ceiling of token ${d.name} to ${d.requests_per_minute ?? "none"}`;
-    case "token_revoked":
-      return `revoked token ${d.name}`;
-    case "rate_limited":
-      return `refusals began: ${d.scope} ceiling of ${d.limit}/min${d.token ? ` (token ${d.token})` : ""}`;
-    case "concurrency_limited":
-      return `refusals began: the fairness controller refused ${d.refused} requests`;
-    case "webhook_disabled":
-      return `a webhook answered 410 Gone and was disabled: ${d.url}`;
-  }
-  return JSON.stringify(e.detail);
-}
 
 export function AuditPage({ api }: { api: Api }) {
   const [filter, setFilter] = useState<string>("");
@@ -103,7 +71,7 @@ export function AuditPage({ api }: { api: Api }) {
             <tr key={e.id} data-action={e.action}>
               <td>{when(e.at)}</td>
               <td className="muted mono">{e.actor}</td>
-              <td>{describe(e)}</td>
+              <td>{describeAudit(e)}</td>
             </tr>
           ))}
         </tbody>

@@ -1,12 +1,8 @@
 import { useEffect, useRef } from "react";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
+import type { Series } from "./model";
 
-export interface Series {
-  label: string;
-  values: (number | null)[];
-  color: string;
-}
 
 // A small time chart on uPlot (about 50 KB minified, canvas-drawn): a
 // charting library that costs the bundle little, unlike the SVG-and-D3

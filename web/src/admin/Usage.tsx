@@ -1,26 +1,9 @@
 import { useCallback, useEffect, useMemo, useState } from "react";
 import type { Api, RealmUsage } from "../api";
 import { messageOf } from "../messages";
-import { Chart, type Series } from "./Chart";
+import { Chart } from "./Chart";
 import { reasonLabel } from "./format";
-
-const refusalColors: Record<string, string> = { rate_limited: "#c2410c", concurrency_limited: "#b91c1c", unavailable: "#7c3aed" };
-
-/** The charts' series of a realm's hour. */
-export function usageSeries(u: RealmUsage) {
-  const x = u.minutes.map((m) => new Date(m.at).getTime() / 1000);
-  const reasons = [...new Set(u.minutes.flatMap((m) => Object.keys(m.refused)))].sort();
-  const requests: Series[] = [
-    { label: "requests", values: u.minutes.map((m) => m.requests), color: "#2f6fde" },
-    ...reasons.map((r) => ({ label: reasonLabel[r] ?? r, values: u.minutes.map((m) => m.refused[r] ?? 0), color: refusalColors[r] ?? "#555" })),
-  ];
-  const latency: Series[] = [{ label: "p95 ms", values: u.minutes.map((m) => m.p95_ms), color: "#0f766e" }];
-  const seats: Series[] = [
-    { label: "seats in use", values: u.minutes.map((m) => m.seats), color: "#4338ca" },
-    { label: "queue waits", values: u.minutes.map((m) => m.queue_waits), color: "#a16207" },
-  ];
-  return { x, requests, latency, seats };
-}
+import { usageSeries } from "./model";
 
 export function UsageCharts({ usage, width }: { usage: RealmUsage; width?: number }) {
   const s = useMemo(() => usageSeries(usage), [usage]);
