@@ -744,24 +744,25 @@ func (s *seat) release() {
 	if c == nil {
 		return // the controller is off
 	}
-	var held time.Duration
-	if c.cfg.Usage != nil {
-		defer func() { // after the unlock below
-			if held >= 0 {
-				c.cfg.Usage(s.f.name, s.f.lvl.lvl, s.waited, held)
-			}
-		}()
-	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	held, ok := s.releaseLocked()
+	c.mu.Unlock()
+	if ok && c.cfg.Usage != nil {
+		c.cfg.Usage(s.f.name, s.f.lvl.lvl, s.waited, held)
+	}
+}
+
+// releaseLocked is release under c.mu: how long the seat was held, and
+// false when it had been released already.
+func (s *seat) releaseLocked() (time.Duration, bool) {
+	c := s.c
 	if s.done {
-		held = -1
-		return
+		return 0, false
 	}
 	s.done = true
 	now := c.cfg.Clock.Now()
 	f, l := s.f, s.f.lvl
-	held = max(now.Sub(s.start), 0)
+	held := max(now.Sub(s.start), 0)
 	service := held.Seconds()
 	f.vt += service - s.charge
 	if f.measured {
@@ -794,6 +795,7 @@ func (s *seat) release() {
 		}
 	}
 	c.dispatch(l, now)
+	return held, true
 }
 
 func later(a, b time.Time) time.Time {
