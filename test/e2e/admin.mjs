@@ -75,6 +75,12 @@ export function adminTests({ test, expect, watchConsole, shots }) {
         await carl.close();
       }
 
+      // The owner makes carl a viewer: chosen, then saved.
+      await page.getByLabel("Role of carl@ops.example").selectOption("viewer");
+      await page.getByRole("button", { name: "Save" }).click();
+      await page.getByRole("button", { name: "Save" }).waitFor({ state: "detached" });
+      expect((await page.getByLabel("Role of carl@ops.example").inputValue()) === "viewer", "the role is saved");
+
       // The invited viewer sets a password, and may not see members or tokens.
       const vera = await launch();
       try {

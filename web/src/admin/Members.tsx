@@ -111,11 +111,7 @@ export function MembersPage({ api, me }: { api: Api; me: string }) {
                   {m.email} {m.user_id === me && <span className="muted">(you)</span>} {m.invited && <span className="badge">invited</span>}
                 </td>
                 <td>
-                  <select aria-label={`Role of ${m.email}`} value={m.role} onChange={(e) => void act(() => api.changeMember(m.user_id, e.target.value as Role))}>
-                    {roles.map((r) => (
-                      <option key={r}>{r}</option>
-                    ))}
-                  </select>
+                  <RoleEditor member={m} onSave={(r) => act(() => api.changeMember(m.user_id, r))} />
                 </td>
                 <td>{ago(m.last_sign_in_at)}</td>
                 <td>{ago(m.created_at)}</td>
@@ -134,5 +130,32 @@ export function MembersPage({ api, me }: { api: Api; me: string }) {
         </table>
       )}
     </section>
+  );
+}
+
+// A member's role: chosen, then saved with a button, so that moving through
+// the choices with the keyboard changes nothing by itself.
+function RoleEditor({ member, onSave }: { member: Member; onSave: (r: Role) => Promise<unknown> }) {
+  const [role, setRole] = useState<Role>(member.role);
+  useEffect(() => setRole(member.role), [member.role]);
+  return (
+    <form
+      className="inline-form"
+      onSubmit={(e) => {
+        e.preventDefault();
+        void onSave(role);
+      }}
+    >
+      <select aria-label={`Role of ${member.email}`} value={role} onChange={(e) => setRole(e.target.value as Role)}>
+        {roles.map((r) => (
+          <option key={r}>{r}</option>
+        ))}
+      </select>
+      {role !== member.role && (
+        <button className="btn small" type="submit">
+          Save
+        </button>
+      )}
+    </form>
   );
 }
