@@ -86,8 +86,8 @@ export function TokensPage({ api }: { api: Api }) {
               <th>Ceiling / min</th>
               <th>Created</th>
               <th>Last used</th>
-              <th>Requests, last hour</th>
-              <th>Refused, last hour</th>
+              <th className="num">Requests, last hour</th>
+              <th className="num">Refused, last hour</th>
               <th />
             </tr>
           </thead>
