@@ -333,3 +333,43 @@ func TestUsageGaugesAndOperators(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, op.do(t, "GET", "/api/v1/tables/"+bt.TableID+"/rows", nil).Status,
 		"choosing a realm one is not a member of finds nothing")
 }
+
+// TestTwoOwnersDemotingEachOtherKeepOne: two owners demote each other at
+// the same moment, many times over; every time one of them stays an owner.
+func TestTwoOwnersDemotingEachOtherKeepOne(t *testing.T) {
+	t.Parallel()
+	app := testenv.SharedApp(t)
+	for range 10 {
+		a := app.NewTenant(t, tenancy.RoleOwner, nil)
+		b := app.AddMember(t, a.RealmID, tenancy.RoleOwner, nil)
+		statuses := make(chan int, 2)
+		start := make(chan struct{})
+		for _, x := range []struct {
+			by     testenv.Tenant
+			target string
+		}{{a, b.UserID.String()}, {b, a.UserID.String()}} {
+			go func() {
+				<-start
+				statuses <- app.Do(t, "PATCH", "/api/v1/members/"+x.target, x.by.Token, map[string]any{"role": "editor"}).Status
+			}()
+		}
+		close(start)
+		got := []int{<-statuses, <-statuses}
+		var owners int
+		require.NoError(t, testenv.Pool(t).QueryRow(t.Context(),
+			`SELECT count(*) FROM memberships WHERE realm_id = $1 AND role = 'owner'`, a.RealmID).Scan(&owners))
+		require.Equal(t, 1, owners, "statuses %v", got)
+		// The loser is refused: 409 when it was still an owner as it
+		// arrived and found itself the last, 403 when it was demoted first.
+		ok, refused := 0, 0
+		for _, s := range got {
+			switch s {
+			case http.StatusOK:
+				ok++
+			case http.StatusConflict, http.StatusForbidden:
+				refused++
+			}
+		}
+		require.Equal(t, []int{1, 1}, []int{ok, refused}, "statuses %v", got)
+	}
+}
