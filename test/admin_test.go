@@ -46,15 +46,7 @@ func setUp(t *testing.T, app *testenv.App, realm, email string) *browser {
 	res := app.Do(t, "POST", "/api/v1/setup", "", map[string]any{
 		"token": link.Secret(), "realm": realm, "email": email, "password": "correct horse"})
 	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
-	b := &browser{app: app}
-	for _, ck := range cookiesOf(res) {
-		switch ck.Name {
-		case tenancy.SessionCookie:
-			b.session = ck.Value
-		case tenancy.CSRFCookie:
-			b.csrf = ck.Value
-		}
-	}
+	b := browserOf(app, res)
 	require.NotEmpty(t, b.session)
 	return b
 }

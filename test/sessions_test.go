@@ -29,6 +29,11 @@ type browser struct {
 func signIn(t *testing.T, app *testenv.App, email, password string) (*browser, testenv.Response) {
 	t.Helper()
 	res := app.Do(t, "POST", "/api/v1/auth/login", "", map[string]any{"email": email, "password": password})
+	return browserOf(app, res), res
+}
+
+// browserOf is a browser holding the session cookies res set, if any.
+func browserOf(app *testenv.App, res testenv.Response) *browser {
 	b := &browser{app: app}
 	for _, ck := range cookiesOf(res) {
 		switch ck.Name {
@@ -38,7 +43,7 @@ func signIn(t *testing.T, app *testenv.App, email, password string) (*browser, t
 			b.csrf = ck.Value
 		}
 	}
-	return b, res
+	return b
 }
 
 func cookiesOf(res testenv.Response) []*http.Cookie {

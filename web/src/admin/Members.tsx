@@ -1,38 +1,20 @@
 import { useCallback, useEffect, useState } from "react";
 import type { Api, Member, MemberAdded, Role } from "../api";
-import { messageOf } from "../messages";
 import { ago } from "./format";
 import { CopyField } from "./CopyField";
+import { useResource } from "./useResource";
 
 const roles: Role[] = ["viewer", "editor", "owner"];
 
 export function MembersPage({ api, me }: { api: Api; me: string }) {
-  const [members, setMembers] = useState<Member[] | null>(null);
-  const [error, setError] = useState("");
+  const fetch = useCallback(() => api.members().then((r) => r.members), [api]);
+  const { value: members, error, act } = useResource(fetch);
   const [email, setEmail] = useState("");
   const [role, setRole] = useState<Role>("editor");
   const [withPassword, setWithPassword] = useState(false);
   const [password, setPassword] = useState("");
   const [added, setAdded] = useState<MemberAdded | null>(null);
 
-  const load = useCallback(async () => {
-    try {
-      setMembers((await api.members()).members);
-    } catch (e) {
-      setError(messageOf(e));
-    }
-  }, [api]);
-  useEffect(() => void load(), [load]);
-
-  const act = async (fn: () => Promise<unknown>) => {
-    setError("");
-    try {
-      await fn();
-      await load();
-    } catch (e) {
-      setError(messageOf(e));
-    }
-  };
   const add = (e: React.FormEvent) => {
     e.preventDefault();
     void act(async () => {

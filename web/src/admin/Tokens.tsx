@@ -1,8 +1,8 @@
 import { useCallback, useEffect, useState } from "react";
-import type { Api, TokenInfo } from "../api";
-import { messageOf } from "../messages";
+import type { Api } from "../api";
 import { ago } from "./format";
 import { CopyField } from "./CopyField";
+import { useResource } from "./useResource";
 
 function parseRpm(s: string): number | null {
   const t = s.trim();
@@ -10,34 +10,13 @@ function parseRpm(s: string): number | null {
 }
 
 export function TokensPage({ api }: { api: Api }) {
-  const [tokens, setTokens] = useState<TokenInfo[] | null>(null);
-  const [error, setError] = useState("");
+  // Polled: use and refusals move.
+  const fetch = useCallback(() => api.tokens().then((r) => r.tokens), [api]);
+  const { value: tokens, error, act } = useResource(fetch, 10_000);
   const [name, setName] = useState("");
   const [rpm, setRpm] = useState("60");
   const [secret, setSecret] = useState<{ name: string; token: string } | null>(null);
 
-  const load = useCallback(async () => {
-    try {
-      setTokens((await api.tokens()).tokens);
-    } catch (e) {
-      setError(messageOf(e));
-    }
-  }, [api]);
-  useEffect(() => {
-    void load();
-    const t = setInterval(() => void load(), 10_000); // use and refusals move
-    return () => clearInterval(t);
-  }, [load]);
-
-  const act = async (fn: () => Promise<unknown>) => {
-    setError("");
-    try {
-      await fn();
-      await load();
-    } catch (e) {
-      setError(messageOf(e));
-    }
-  };
   const create = (e: React.FormEvent) => {
     e.preventDefault();
     void act(async () => {

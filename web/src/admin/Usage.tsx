@@ -1,9 +1,9 @@
-import { useCallback, useEffect, useMemo, useState } from "react";
+import { useCallback, useMemo } from "react";
 import type { Api, RealmUsage } from "../api";
-import { messageOf } from "../messages";
 import { Chart } from "./Chart";
 import { reasonLabel } from "./format";
 import { usageSeries } from "./model";
+import { useResource } from "./useResource";
 
 export function UsageCharts({ usage, width }: { usage: RealmUsage; width?: number }) {
   const s = useMemo(() => usageSeries(usage), [usage]);
@@ -38,29 +38,9 @@ export function Totals({ usage }: { usage: RealmUsage }) {
   );
 }
 
-/** Polls a gauge every 10 s while shown. */
-export function usePolled<T>(fetch: () => Promise<T>) {
-  const [value, setValue] = useState<T | null>(null);
-  const [error, setError] = useState("");
-  const load = useCallback(async () => {
-    try {
-      setValue(await fetch());
-      setError("");
-    } catch (e) {
-      setError(messageOf(e));
-    }
-  }, [fetch]);
-  useEffect(() => {
-    void load();
-    const t = setInterval(() => void load(), 10_000);
-    return () => clearInterval(t);
-  }, [load]);
-  return { value, error, reload: load };
-}
-
 export function UsagePage({ api }: { api: Api }) {
   const fetch = useCallback(() => api.usage().then((r) => r.realm), [api]);
-  const { value, error, reload } = usePolled(fetch);
+  const { value, error, reload } = useResource(fetch, 10_000);
   return (
     <section aria-labelledby="usage-h">
       <div className="page-head">
@@ -88,7 +68,7 @@ export function UsagePage({ api }: { api: Api }) {
 /** Every realm side by side, for operators: names and numbers only. */
 export function OperatorPage({ api }: { api: Api }) {
   const fetch = useCallback(() => api.operatorUsage().then((r) => r.realms), [api]);
-  const { value, error } = usePolled(fetch);
+  const { value, error } = useResource(fetch, 10_000);
   return (
     <section aria-labelledby="operator-h">
       <h2 id="operator-h">All realms</h2>
