@@ -65,8 +65,11 @@ func audit(ctx context.Context, tx pgx.Tx, realm uuid.UUID, actor, action string
 	return err
 }
 
-func (s *Service) members(ctx context.Context, tx pgx.Tx) ([]MemberInfo, error) {
-	rows, err := tx.Query(ctx, `SELECT user_id, email, role, created_at, last_sign_in_at, invited FROM appdor_members()`)
+// members lists the realm's members in tx; with only set, just that one
+// (none when they are no member).
+func (s *Service) members(ctx context.Context, tx pgx.Tx, only *uuid.UUID) ([]MemberInfo, error) {
+	rows, err := tx.Query(ctx, `SELECT user_id, email, role, created_at, last_sign_in_at, invited FROM appdor_members()
+		WHERE $1::uuid IS NULL OR user_id = $1`, only)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +85,7 @@ func (s *Service) listMembers(c echo.Context) error {
 	ctx := c.Request().Context()
 	var out []MemberInfo
 	err := s.db.Tx(ctx, p.RealmID, func(tx pgx.Tx) (err error) {
-		out, err = s.members(ctx, tx)
+		out, err = s.members(ctx, tx, nil)
 		return err
 	})
 	if err != nil {
@@ -249,15 +252,11 @@ func (s *Service) changeMember(c echo.Context) error {
 		if tokens, err = s.forgetMemberTokens(ctx, tx, p.RealmID, user); err != nil {
 			return err
 		}
-		all, err := s.members(ctx, tx)
-		if err != nil {
+		one, err := s.members(ctx, tx, &user)
+		if err != nil || len(one) == 0 {
 			return err
 		}
-		for _, m := range all {
-			if m.UserID == user {
-				out = m
-			}
-		}
+		out = one[0]
 		if was == role {
 			return nil
 		}
@@ -295,15 +294,12 @@ func (s *Service) removeMember(c echo.Context) error {
 		if tokens, err = s.forgetMemberTokens(ctx, tx, p.RealmID, user); err != nil {
 			return err
 		}
-		var email string
-		all, err := s.members(ctx, tx)
+		one, err := s.members(ctx, tx, &user)
 		if err != nil {
 			return err
 		}
-		for _, m := range all {
-			if m.UserID == user {
-				email = m.Email
-			}
+		if len(one) == 0 {
+			return appdor.Errorf(appdor.ENotFound, "member %s not found", user)
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM memberships WHERE realm_id = $1 AND user_id = $2`, p.RealmID, user)
 		if err != nil {
@@ -315,7 +311,7 @@ func (s *Service) removeMember(c echo.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT appdor_end_sessions_of_removed($1)`, user); err != nil {
 			return err
 		}
-		return audit(ctx, tx, p.RealmID, actorOf(p), "member_removed", map[string]any{"user_id": user, "email": email})
+		return audit(ctx, tx, p.RealmID, actorOf(p), "member_removed", map[string]any{"user_id": user, "email": one[0].Email})
 	})
 	if err != nil {
 		return err

@@ -117,10 +117,7 @@ func (p *People) acceptInvite(c echo.Context) error {
 		Token    string `json:"token"`
 		Password string `json:"password"`
 	}
-	if ct := c.Request().Header.Get(echo.HeaderContentType); !strings.HasPrefix(strings.ToLower(ct), echo.MIMEApplicationJSON) {
-		return appdor.Errorf(appdor.EInvalid, "send {\"token\",\"password\"} with Content-Type: application/json")
-	}
-	if err := appdor.DecodeJSON(c.Request().Body, &in); err != nil {
+	if err := decodeSignInBody(c, &in, `{"token","password"}`); err != nil {
 		return err
 	}
 	release, err := p.acquire(c)
@@ -194,6 +191,17 @@ func (p *People) logRefusal(c echo.Context) {
 		slog.Int64("refused", n), slog.Int("login_concurrency", cap(p.slots)))
 }
 
+// decodeSignInBody decodes the JSON body of a route that signs a browser in
+// (sign-in, an invite, the first run), shaped as shape says. Only JSON: an
+// HTML form on another site can post text/plain without asking, and must not
+// sign a browser in to someone else's account.
+func decodeSignInBody(c echo.Context, v any, shape string) error {
+	if ct := c.Request().Header.Get(echo.HeaderContentType); !strings.HasPrefix(strings.ToLower(ct), echo.MIMEApplicationJSON) {
+		return appdor.Errorf(appdor.EInvalid, "send %s with Content-Type: application/json", shape)
+	}
+	return appdor.DecodeJSON(c.Request().Body, v)
+}
+
 // MeResponse is the answer of sign-in and of GET /me.
 type MeResponse struct {
 	User   User        `json:"user"`
@@ -205,12 +213,7 @@ func (p *People) login(c echo.Context) error {
 		Email    string `json:"email"`
 		Password string `json:"password"`
 	}
-	// Only JSON: an HTML form on another site can post text/plain without
-	// asking, and must not sign a browser in to someone else's account.
-	if ct := c.Request().Header.Get(echo.HeaderContentType); !strings.HasPrefix(strings.ToLower(ct), echo.MIMEApplicationJSON) {
-		return appdor.Errorf(appdor.EInvalid, "send {\"email\",\"password\"} with Content-Type: application/json")
-	}
-	if err := appdor.DecodeJSON(c.Request().Body, &in); err != nil {
+	if err := decodeSignInBody(c, &in, `{"email","password"}`); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()

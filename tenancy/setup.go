@@ -132,10 +132,7 @@ func (p *People) runSetup(c echo.Context) error {
 		Email    string `json:"email"`
 		Password string `json:"password"`
 	}
-	if ct := c.Request().Header.Get(echo.HeaderContentType); !strings.HasPrefix(strings.ToLower(ct), echo.MIMEApplicationJSON) {
-		return appdor.Errorf(appdor.EInvalid, `send {"token","realm","email","password"} with Content-Type: application/json`)
-	}
-	if err := appdor.DecodeJSON(c.Request().Body, &in); err != nil {
+	if err := decodeSignInBody(c, &in, `{"token","realm","email","password"}`); err != nil {
 		return err
 	}
 	if !p.setup.Valid(in.Token) {

@@ -6,6 +6,7 @@ import { NotFound } from "./NotFound";
 import { TableView } from "./TableView";
 import { InvitePage, SetupPage } from "./admin/FirstRun";
 import { Settings } from "./admin/Settings";
+import { ErrorLine } from "./ErrorLine";
 
 const realmKey = "appdor.realm";
 
@@ -159,11 +160,7 @@ function Login({ api, onSignedIn }: { api: Api; onSignedIn: (m: Me) => void }) {
           Password
           <input type="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} />
         </label>
-        {error && (
-          <p className="error" role="alert">
-            {error}
-          </p>
-        )}
+        <ErrorLine text={error} />
         <button className="btn primary" type="submit" disabled={busy}>
           {busy ? "Signing in…" : "Sign in"}
         </button>
@@ -235,11 +232,7 @@ function Home({ api }: { api: Api }) {
           </button>
         </form>
       </div>
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorLine text={error} />
       {apps === null && !error && <p className="muted">Loading…</p>}
       {apps?.length === 0 && <p className="muted">No apps yet. Create one to hold your tables.</p>}
       <div className="apps">

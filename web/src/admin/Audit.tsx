@@ -3,6 +3,7 @@ import type { Api, AuditEntry } from "../api";
 import { messageOf } from "../messages";
 import { when } from "./format";
 import { describeAudit } from "./model";
+import { ErrorLine } from "../ErrorLine";
 
 const groups: { label: string; actions: string[] }[] = [
   { label: "Sign-ins", actions: ["sign_in", "sign_in_failed", "invite_accepted", "setup"] },
@@ -53,11 +54,7 @@ export function AuditPage({ api }: { api: Api }) {
           </select>
         </label>
       </div>
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorLine text={error} />
       <table className="admin-table">
         <thead>
           <tr>

@@ -1,6 +1,7 @@
 import { useEffect, useState } from "react";
 import { ApiError, type Api, type Me } from "../api";
 import { messageOf } from "../messages";
+import { ErrorLine } from "../ErrorLine";
 
 // The first run: the page behind the setup link `appdor serve` logs when
 // nobody can sign in yet. It makes the first realm and its owner.
@@ -59,11 +60,7 @@ export function SetupPage({ api, token, onSignedIn }: { api: Api; token: string;
           Password (8 to 72 characters)
           <input type="password" autoComplete="new-password" required minLength={8} maxLength={72} value={password} onChange={(e) => setPassword(e.target.value)} />
         </label>
-        {error && (
-          <p className="error" role="alert">
-            {error}
-          </p>
-        )}
+        <ErrorLine text={error} />
         <button className="btn primary" type="submit" disabled={busy}>
           {busy ? "Setting up…" : "Create realm and owner"}
         </button>
@@ -98,11 +95,7 @@ export function InvitePage({ api, token, onSignedIn }: { api: Api; token: string
           Password (8 to 72 characters)
           <input type="password" autoFocus autoComplete="new-password" required minLength={8} maxLength={72} value={password} onChange={(e) => setPassword(e.target.value)} />
         </label>
-        {error && (
-          <p className="error" role="alert">
-            {error}
-          </p>
-        )}
+        <ErrorLine text={error} />
         <button className="btn primary" type="submit" disabled={busy}>
           {busy ? "Signing in…" : "Set password and sign in"}
         </button>

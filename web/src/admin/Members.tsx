@@ -3,6 +3,7 @@ import type { Api, Member, MemberAdded, Role } from "../api";
 import { ago } from "./format";
 import { CopyField } from "./CopyField";
 import { useResource } from "./useResource";
+import { ErrorLine } from "../ErrorLine";
 
 const roles: Role[] = ["viewer", "editor", "owner"];
 
@@ -69,11 +70,7 @@ export function MembersPage({ api, me }: { api: Api; me: string }) {
           </button>
         </div>
       )}
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorLine text={error} />
       {members === null && !error && <p className="muted">Loading…</p>}
       {members && (
         <table className="admin-table">

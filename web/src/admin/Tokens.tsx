@@ -3,6 +3,7 @@ import type { Api } from "../api";
 import { ago } from "./format";
 import { CopyField } from "./CopyField";
 import { useResource } from "./useResource";
+import { ErrorLine } from "../ErrorLine";
 
 function parseRpm(s: string): number | null {
   const t = s.trim();
@@ -49,11 +50,7 @@ export function TokensPage({ api }: { api: Api }) {
           </button>
         </div>
       )}
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorLine text={error} />
       {tokens === null && !error && <p className="muted">Loading…</p>}
       {tokens?.length === 0 && <p className="muted">No tokens yet.</p>}
       {tokens && tokens.length > 0 && (

@@ -4,6 +4,7 @@ import { Chart } from "./Chart";
 import { reasonLabel } from "./format";
 import { usageSeries } from "./model";
 import { useResource } from "./useResource";
+import { ErrorLine } from "../ErrorLine";
 
 export function UsageCharts({ usage, width }: { usage: RealmUsage; width?: number }) {
   const s = useMemo(() => usageSeries(usage), [usage]);
@@ -49,11 +50,7 @@ export function UsagePage({ api }: { api: Api }) {
           Refresh
         </button>
       </div>
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorLine text={error} />
       {!value && !error && <p className="muted">Loading…</p>}
       {value && (
         <>
@@ -73,11 +70,7 @@ export function OperatorPage({ api }: { api: Api }) {
     <section aria-labelledby="operator-h">
       <h2 id="operator-h">All realms</h2>
       <p className="muted">Every realm's usage in the last hour, busiest first. As an operator you see how each realm uses this Appdor, never its rows.</p>
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorLine text={error} />
       {!value && !error && <p className="muted">Loading…</p>}
       <div className="realm-usage">
         {value?.map((r) => (
