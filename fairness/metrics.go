@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	queue      *prometheus.GaugeVec
 	seats      *prometheus.GaugeVec
+	load       *prometheus.GaugeVec
 	dispatched *prometheus.CounterVec
 	refused    *prometheus.CounterVec
 	waited     *prometheus.HistogramVec
@@ -21,6 +22,7 @@ type flowMetrics struct {
 	labels     [2]string
 	queue      prometheus.Gauge
 	seats      prometheus.Gauge
+	load       prometheus.Gauge
 	dispatched prometheus.Counter
 	waited     prometheus.Observer
 	byReason   map[string]prometheus.Counter
@@ -36,6 +38,10 @@ func newMetrics(c *Controller, reg prometheus.Registerer) *metrics {
 		seats: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "appdor_fairness_seats_in_use",
 			Help: "Seats held, by realm and level.",
+		}, labels),
+		load: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "appdor_fairness_outstanding",
+			Help: "Work in flight or queued, averaged over the last quarter second, by realm and level; an interactive realm at the sparse depth (2) or more is backlogged.",
 		}, labels),
 		dispatched: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appdor_fairness_dispatched_total",
@@ -62,7 +68,7 @@ func newMetrics(c *Controller, reg prometheus.Registerer) *metrics {
 			ConstLabels: prometheus.Labels{"level": lvl.String()},
 		}, func() float64 { return float64(n) })
 	}
-	reg.MustRegister(m.queue, m.seats, m.dispatched, m.refused, m.waited,
+	reg.MustRegister(m.queue, m.seats, m.load, m.dispatched, m.refused, m.waited,
 		seats(Interactive, cfg.Seats), seats(Background, cfg.BackgroundSeats),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "appdor_fairness_active_realms",
@@ -89,6 +95,7 @@ func (m *metrics) flow(name string, lvl Level) *flowMetrics {
 		labels:     l,
 		queue:      m.queue.WithLabelValues(l[:]...),
 		seats:      m.seats.WithLabelValues(l[:]...),
+		load:       m.load.WithLabelValues(l[:]...),
 		dispatched: m.dispatched.WithLabelValues(l[:]...),
 		waited:     m.waited.WithLabelValues(l[:]...),
 		byReason:   map[string]prometheus.Counter{},
@@ -109,4 +116,5 @@ func (fm *flowMetrics) refused(reason string) prometheus.Counter {
 func (fm *flowMetrics) forget() {
 	fm.m.queue.DeleteLabelValues(fm.labels[:]...)
 	fm.m.seats.DeleteLabelValues(fm.labels[:]...)
+	fm.m.load.DeleteLabelValues(fm.labels[:]...)
 }
