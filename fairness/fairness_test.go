@@ -966,3 +966,62 @@ func (c *Controller) load(flow string) float64 {
 	f.settle(c.cfg.Clock.Now())
 	return f.load
 }
+
+// A long background unit run in short steps rests its realm between them,
+// BackgroundRest times as long as it worked since its start or last Rest,
+// while another realm is active, and keeps its seat; a rest is not service.
+// Alone, a realm does not rest.
+func TestRestBetweenStepsKeepsTheSeat(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.BackgroundSeats = 1 })
+	rel, err := c.Acquire(context.Background(), "importer", Background)
+	require.NoError(t, err)
+	k.advance(10 * time.Millisecond)
+	require.NoError(t, c.Rest(context.Background(), "importer"), "alone: no rest")
+
+	measure(t, c, "reader") // another realm is active now
+	k.advance(10 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() { done <- c.Rest(context.Background(), "importer") }()
+	require.Eventually(t, func() bool { return k.pending() == 1 }, 5*time.Second, time.Millisecond)
+	k.advance(39 * time.Millisecond) // it worked 20 ms: it rests 40
+	select {
+	case err := <-done:
+		t.Fatalf("rested too little (%v)", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	k.advance(time.Millisecond)
+	require.NoError(t, <-done)
+	require.Equal(t, 1, c.InUse(Background), "the seat is kept")
+	rel() // nothing worked since the rest: the realm may go again at once
+	require.InDelta(t, 0.020, c.estimate("importer", Background), 1e-9, "60 ms held, 40 of them resting")
+	rel, err = c.Acquire(context.Background(), "importer", Background)
+	require.NoError(t, err)
+
+	// A rest ends with its context.
+	k.advance(10 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- c.Rest(ctx, "importer") }()
+	require.Eventually(t, func() bool { return k.pending() == 1 }, 5*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	rel()
+}
+
+func (k *clock) pending() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, t := range k.timers {
+		if !t.stopped {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *Controller) estimate(flow string, lvl Level) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.levels[lvl].flows[flow].estimate
+}

@@ -27,6 +27,10 @@ type Gate interface {
 	// Acquire waits, while ctx lasts, for a background seat of realm for one
 	// unit of work (a batch); release gives it back.
 	Acquire(ctx context.Context, realm string) (release func(), err error)
+	// Rest, between two steps of the unit realm runs under its background
+	// seat, rests the realm in proportion to the work since the last rest,
+	// keeping the seat; an error is ctx's.
+	Rest(ctx context.Context, realm string) error
 }
 
 // Handler serves the grid API.

@@ -64,6 +64,10 @@ type backgroundGate struct{ c *fairness.Controller }
 
 func (g backgroundGate) Yield(ctx context.Context) { fairness.Yield(ctx) }
 
+func (g backgroundGate) Rest(ctx context.Context, realm string) error {
+	return g.c.Rest(ctx, realm)
+}
+
 func (g backgroundGate) Acquire(ctx context.Context, realm string) (func(), error) {
 	return g.c.Acquire(ctx, realm, fairness.Background)
 }
