@@ -2,7 +2,6 @@ package grid
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -550,7 +549,7 @@ func (h *Handler) importBatch(ctx context.Context, realm uuid.UUID, t *Table, co
 			}
 			out = append(out, step...)
 		}
-		slices.SortFunc(out, func(a, b RowRef) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+		sortRefs(out)
 		if err := h.refsChanged(ctx, tx, realm, t.ID, EventRowCreated, out, nil); err != nil {
 			return err
 		}

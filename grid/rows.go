@@ -186,8 +186,13 @@ func insertRowRefs(ctx context.Context, tx pgx.Tx, realm, tableID uuid.UUID, cel
 		out = append(out, r)
 		return nil
 	})
-	slices.SortFunc(out, func(a, b RowRef) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	sortRefs(out)
 	return out, err
+}
+
+// sortRefs puts refs in the order of their ids.
+func sortRefs(refs []RowRef) {
+	slices.SortFunc(refs, func(a, b RowRef) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 }
 
 func (h *Handler) createRows(c echo.Context) error {
