@@ -66,6 +66,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -93,8 +95,17 @@ var (
 	mode    = flag.String("gate", "all", "all: every gate decides the run; wiring: only the gates that show the controller on the request path and the harness able to tell a missing one decide, the latency bounds are reported (make test, on shared CI machines)")
 )
 
+// harnessGCPercent is the load generator's own GC setting. It shares the
+// cores with the server it measures: at Go's default it collected every
+// 50-150 ms in the sixteen-storm arm, each cycle taking a quarter of the CPU
+// and delaying its own clients' reads of the answers they time.
+const harnessGCPercent = 400
+
 func main() {
 	flag.Parse()
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(harnessGCPercent)
+	}
 	if *mode != "all" && *mode != "wiring" {
 		fmt.Fprintf(os.Stderr, "harness: -gate %q: expected all or wiring\n", *mode)
 		os.Exit(2)
@@ -698,6 +709,7 @@ func runOnly(ctx context.Context, p plan, s *stack) (int, error) {
 	case "many":
 		m := runMany(ctx, p, srv.base, r.victim, r.storms)
 		perSecond(m.rec, "quiet", "storms")
+		slowest(m.rec, "quiet", "storm", 15)
 		printRefusals(srv.base, r.victim.RealmID)
 		return 0, nil
 	case "import":
@@ -802,6 +814,27 @@ func perSecond(rec *recorder, arms ...string) {
 		}
 		fmt.Printf("%s failed/sent by second: %s\n", arm, strings.Join(line, " "))
 	}
+}
+
+// slowest prints the n slowest samples of arm in phase, with their send
+// times from the phase's start, for -only runs: whether a p99 is a burst or
+// spread out.
+func slowest(rec *recorder, arm, phaseName string, n int) {
+	ss := rec.sel(arm, phaseName)
+	var from time.Duration
+	rec.mu.Lock()
+	for _, ph := range rec.phases {
+		if ph.Name == phaseName {
+			from = ph.Start
+		}
+	}
+	rec.mu.Unlock()
+	sort.Slice(ss, func(i, j int) bool { return ss[i].Latency > ss[j].Latency })
+	var line []string
+	for _, s := range ss[:min(n, len(ss))] {
+		line = append(line, fmt.Sprintf("%.0fms@%.2fs", s.Latency.Seconds()*1000, (s.At-from).Seconds()))
+	}
+	fmt.Printf("%s slowest in %s: %s\n", arm, phaseName, strings.Join(line, " "))
 }
 
 func planJSON(p plan) map[string]any {
