@@ -66,7 +66,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -95,17 +94,8 @@ var (
 	mode    = flag.String("gate", "all", "all: every gate decides the run; wiring: only the gates that show the controller on the request path and the harness able to tell a missing one decide, the latency bounds are reported (make test, on shared CI machines)")
 )
 
-// harnessGCPercent is the load generator's own GC setting. It shares the
-// cores with the server it measures: at Go's default it collected every
-// 50-150 ms in the sixteen-storm arm, each cycle taking a quarter of the CPU
-// and delaying its own clients' reads of the answers they time.
-const harnessGCPercent = 400
-
 func main() {
 	flag.Parse()
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(harnessGCPercent)
-	}
 	if *mode != "all" && *mode != "wiring" {
 		fmt.Fprintf(os.Stderr, "harness: -gate %q: expected all or wiring\n", *mode)
 		os.Exit(2)
