@@ -132,18 +132,21 @@ func (s *Service) listenOnce(ctx context.Context, c *tokenCache, listening func(
 	}
 }
 
-func (c *tokenCache) get(hash [32]byte) (*Principal, bool) {
+// get returns the cached answer for hash, if one lives; stale says it has
+// lived half its ttl, and a fresh one should be looked up ahead of its end.
+func (c *tokenCache) get(hash [32]byte) (p *Principal, stale, ok bool) {
 	if !c.listening.Load() {
-		return nil, false
+		return nil, false, false
 	}
 	c.mu.RLock()
 	e, ok := c.byHash[hash]
 	c.mu.RUnlock()
-	if !ok || time.Now().UnixNano() >= e.expires {
-		return nil, false
+	now := time.Now().UnixNano()
+	if !ok || now >= e.expires {
+		return nil, false, false
 	}
-	p := e.p // a copy: the caller's principal is its own
-	return &p, true
+	cp := e.p // a copy: the caller's principal is its own
+	return &cp, now >= e.expires-int64(c.ttl/2), true
 }
 
 // put stores p unless an invalidation happened since gen was read.
@@ -162,6 +165,17 @@ func (c *tokenCache) put(hash [32]byte, p *Principal, gen uint64) {
 	}
 	c.byHash[hash] = cachedToken{p: *p, expires: time.Now().Add(c.ttl).UnixNano()}
 	c.byID[p.TokenID] = hash
+}
+
+// drop removes hash's answer: a fresh lookup found the token gone.
+func (c *tokenCache) drop(hash [32]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen.Add(1)
+	if e, ok := c.byHash[hash]; ok {
+		delete(c.byHash, hash)
+		delete(c.byID, e.p.TokenID)
+	}
 }
 
 func (c *tokenCache) forget(id uuid.UUID) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/appdor/appdor/rls"
 )
@@ -23,18 +24,45 @@ func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, e
 	hash := sha256.Sum256([]byte(secret))
 	c := s.tokenCache()
 	if c != nil {
-		if p, ok := c.get(hash); ok {
+		if p, stale, ok := c.get(hash); ok {
+			if stale {
+				// Refresh ahead: a token in use is looked up again in the
+				// background after half its ttl, so no request of it waits
+				// for the lookup when its answer expires. Waiting, a
+				// realm's request queues for the relookup slots with every
+				// other token expiring then: beside sixteen storm realms
+				// whose answers expired together, the quiet realm's two
+				// slowest reads (28 and 31 ms, median 2.5) came at that
+				// moment.
+				s.lookupTokenShared(ctx, c, hash)
+			}
 			return p, nil
 		}
 	}
 	if s.unknown.has(hash) {
 		return nil, errUnauthorized
 	}
-	// Concurrent requests with the same token that miss the cache share one
-	// query: sixty clients of one token arriving together after its cached
-	// answer expired would otherwise send sixty lookups to PostgreSQL, ahead
-	// of the fairness controller, and take the pool from everyone else.
-	ch := s.lookups.DoChan(string(hash[:]), func() (any, error) {
+	ch := s.lookupTokenShared(ctx, c, hash)
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		p := *res.Val.(*Principal) // a copy: the caller's principal is its own
+		return &p, nil
+	case <-ctx.Done():
+		return nil, rls.Interpret(ctx.Err())
+	}
+}
+
+// lookupTokenShared starts the lookup of the token with hash, or joins the
+// one under way, and caches what it finds. Concurrent requests with the same
+// token share one query: sixty clients of one token arriving together after
+// its cached answer expired would otherwise send sixty lookups to
+// PostgreSQL, ahead of the fairness controller, and take the pool from
+// everyone else.
+func (s *Service) lookupTokenShared(ctx context.Context, c *tokenCache, hash [32]byte) <-chan singleflight.Result {
+	return s.lookups.DoChan(string(hash[:]), func() (any, error) {
 		var gen uint64
 		if c != nil {
 			gen = c.gen.Load()
@@ -46,21 +74,14 @@ func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, e
 			p, err = s.lookupToken(ctx, hash[:])
 			return err
 		})
-		if err == nil && c != nil {
+		switch {
+		case err == nil && c != nil:
 			c.put(hash, p, gen)
+		case errors.Is(err, errUnauthorized) && c != nil:
+			c.drop(hash) // revoked while cached, its notification not yet here
 		}
 		return p, err
 	})
-	select {
-	case res := <-ch:
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		p := *res.Val.(*Principal) // a copy: the caller's principal is its own
-		return &p, nil
-	case <-ctx.Done():
-		return nil, rls.Interpret(ctx.Err())
-	}
 }
 
 func validTokenSecret(secret string) bool {

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,4 +100,120 @@ func TestClientsOfOneTokenShareItsLookup(t *testing.T) {
 	}
 	principals[0].Role = tenancy.RoleViewer
 	require.Equal(t, tenancy.RoleOwner, principals[1].Role, "each request has its own principal")
+}
+
+// heldLookups holds every token lookup at its gate, when it has one, until
+// the test opens it.
+type heldLookups struct {
+	mu    sync.Mutex
+	gate  chan struct{}
+	count atomic.Int64
+}
+
+func (h *heldLookups) hold() chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gate = make(chan struct{})
+	return h.gate
+}
+
+func (h *heldLookups) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, "FROM api_tokens") {
+		h.count.Add(1)
+		h.mu.Lock()
+		gate := h.gate
+		h.mu.Unlock()
+		if gate != nil {
+			<-gate
+		}
+	}
+	return ctx
+}
+
+func (h *heldLookups) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (h *heldLookups) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	for _, qq := range data.Batch.QueuedQueries {
+		h.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: qq.SQL})
+	}
+	return ctx
+}
+func (h *heldLookups) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (h *heldLookups) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestATokenInUseIsLookedUpAheadOfItsEnd: a token used after half its cached
+// answer's life is looked up again in the background, the request answered
+// from the cache meanwhile, so no request of a token in use waits for its
+// lookup when the answer would have expired; and a token revoked behind the
+// cache's back (no notification) is dropped by that lookup.
+func TestATokenInUseIsLookedUpAheadOfItsEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
+	require.NoError(t, err)
+	h := &heldLookups{}
+	cfg.ConnConfig.Tracer = h
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	svc := tenancy.New(pool)
+	realm, err := svc.CreateRealm(ctx, "a token in use")
+	require.NoError(t, err)
+	_, err = svc.CreateUser(ctx, realm.ID, "busy@example.com", "a long password", tenancy.RoleOwner)
+	require.NoError(t, err)
+	_, secret, err := svc.CreateToken(ctx, realm.ID, "busy@example.com", "busy job", nil)
+	require.NoError(t, err)
+	const ttl = 2 * time.Second
+	stop := svc.StartTokenCache(ctx, ttl, nil)
+	defer stop()
+
+	lookup := func() <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			p, err := svc.LookupToken(ctx, secret)
+			if err == nil && p.RealmID != realm.ID {
+				err = fmt.Errorf("realm %s, want %s", p.RealmID, realm.ID)
+			}
+			done <- err
+		}()
+		return done
+	}
+	answered := func(done <-chan error, why string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			require.NoError(t, err, why)
+		case <-time.After(5 * time.Second):
+			t.Fatal(why + ": the request waited for a lookup held at its gate")
+		}
+	}
+
+	start := time.Now()
+	require.NoError(t, <-lookup(), "the first request looks the token up")
+	require.EqualValues(t, 1, h.count.Load())
+
+	// Past half its life, the answer is still used, and a lookup starts
+	// behind it: held at the gate, it does not hold the request.
+	time.Sleep(time.Until(start.Add(ttl/2 + 100*time.Millisecond)))
+	gate := h.hold()
+	answered(lookup(), "a request past half the answer's life")
+	require.Eventually(t, func() bool { return h.count.Load() == 2 }, 5*time.Second, time.Millisecond,
+		"a lookup ahead of the answer's end started")
+	close(gate)
+
+	// Past the first answer's end, the refreshed one answers: with every
+	// lookup held again, the request still does not wait.
+	time.Sleep(time.Until(start.Add(ttl + 100*time.Millisecond)))
+	gate = h.hold()
+	answered(lookup(), "a request past the first answer's end")
+	close(gate)
+
+	// Revoked behind the cache's back: the next lookup ahead finds it gone
+	// and drops it, and the request after that is refused.
+	_, err = pool.Exec(ctx, "UPDATE api_tokens SET revoked_at = now() WHERE realm_id = $1", realm.ID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := svc.LookupToken(ctx, secret)
+		return err != nil
+	}, 3*ttl, 20*time.Millisecond, "a revoked token stops answering once looked up ahead")
 }
