@@ -18,17 +18,31 @@ import (
 )
 
 // tokenQueries counts the token lookups a pool sends once armed, and holds
-// each at a gate until the test opens it.
+// each at its gate, when it has one, until the test opens it.
 type tokenQueries struct {
 	armed atomic.Bool
 	count atomic.Int64
+	mu    sync.Mutex
 	gate  chan struct{}
+}
+
+// hold gives the lookups from now on a new, closed gate, and returns it.
+func (q *tokenQueries) hold() chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.gate = make(chan struct{})
+	return q.gate
 }
 
 func (q *tokenQueries) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if q.armed.Load() && strings.Contains(data.SQL, "FROM api_tokens") {
 		q.count.Add(1)
-		<-q.gate
+		q.mu.Lock()
+		gate := q.gate
+		q.mu.Unlock()
+		if gate != nil {
+			<-gate
+		}
 	}
 	return ctx
 }
@@ -46,6 +60,27 @@ func (q *tokenQueries) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data
 func (q *tokenQueries) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (q *tokenQueries) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
+// tokenCounted makes a realm named name with one owner (email) and a token, on a
+// pool of its own whose token lookups q counts and holds.
+func tokenCounted(t *testing.T, q *tokenQueries, name, email string) (*tenancy.Service, *pgxpool.Pool, tenancy.Realm, string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = q
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	svc := tenancy.New(pool)
+	realm, err := svc.CreateRealm(ctx, name)
+	require.NoError(t, err)
+	_, err = svc.CreateUser(ctx, realm.ID, email, "a long password", tenancy.RoleOwner)
+	require.NoError(t, err)
+	_, secret, err := svc.CreateToken(ctx, realm.ID, email, "a job", nil)
+	require.NoError(t, err)
+	return svc, pool, realm, secret
+}
+
 // TestClientsOfOneTokenShareItsLookup: many requests with the same token
 // arriving together while its cached answer is missing (it expired, or the
 // server just started) send one lookup to PostgreSQL, not one each — those
@@ -54,21 +89,9 @@ func (q *tokenQueries) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchE
 func TestClientsOfOneTokenShareItsLookup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
-	require.NoError(t, err)
-	q := &tokenQueries{gate: make(chan struct{})}
-	cfg.ConnConfig.Tracer = q
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-
-	svc := tenancy.New(pool)
-	realm, err := svc.CreateRealm(ctx, "one token, many clients")
-	require.NoError(t, err)
-	_, err = svc.CreateUser(ctx, realm.ID, "many@example.com", "a long password", tenancy.RoleOwner)
-	require.NoError(t, err)
-	_, secret, err := svc.CreateToken(ctx, realm.ID, "many@example.com", "batch job", nil)
-	require.NoError(t, err)
+	q := &tokenQueries{}
+	gate := q.hold()
+	svc, _, realm, secret := tokenCounted(t, q, "one token, many clients", "many@example.com")
 	stop := svc.StartTokenCache(ctx, time.Minute, nil)
 	defer stop()
 
@@ -90,7 +113,7 @@ func TestClientsOfOneTokenShareItsLookup(t *testing.T) {
 	// moment lets the others reach theirs, if they make one.
 	require.Eventually(t, func() bool { return asked.Load() == clients && q.count.Load() >= 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(20 * time.Millisecond)
-	close(q.gate)
+	close(gate)
 	wg.Wait()
 
 	require.EqualValues(t, 1, q.count.Load(), "lookups sent to PostgreSQL for %d concurrent requests", clients)
@@ -102,44 +125,6 @@ func TestClientsOfOneTokenShareItsLookup(t *testing.T) {
 	require.Equal(t, tenancy.RoleOwner, principals[1].Role, "each request has its own principal")
 }
 
-// heldLookups holds every token lookup at its gate, when it has one, until
-// the test opens it.
-type heldLookups struct {
-	mu    sync.Mutex
-	gate  chan struct{}
-	count atomic.Int64
-}
-
-func (h *heldLookups) hold() chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.gate = make(chan struct{})
-	return h.gate
-}
-
-func (h *heldLookups) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(data.SQL, "FROM api_tokens") {
-		h.count.Add(1)
-		h.mu.Lock()
-		gate := h.gate
-		h.mu.Unlock()
-		if gate != nil {
-			<-gate
-		}
-	}
-	return ctx
-}
-
-func (h *heldLookups) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (h *heldLookups) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	for _, qq := range data.Batch.QueuedQueries {
-		h.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: qq.SQL})
-	}
-	return ctx
-}
-func (h *heldLookups) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (h *heldLookups) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // TestATokenInUseIsLookedUpAheadOfItsEnd: a token used after half its cached
 // answer's life is looked up again in the background, the request answered
 // from the cache meanwhile, so no request of a token in use waits for its
@@ -148,21 +133,9 @@ func (h *heldLookups) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEn
 func TestATokenInUseIsLookedUpAheadOfItsEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
-	require.NoError(t, err)
-	h := &heldLookups{}
-	cfg.ConnConfig.Tracer = h
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-
-	svc := tenancy.New(pool)
-	realm, err := svc.CreateRealm(ctx, "a token in use")
-	require.NoError(t, err)
-	_, err = svc.CreateUser(ctx, realm.ID, "busy@example.com", "a long password", tenancy.RoleOwner)
-	require.NoError(t, err)
-	_, secret, err := svc.CreateToken(ctx, realm.ID, "busy@example.com", "busy job", nil)
-	require.NoError(t, err)
+	h := &tokenQueries{}
+	h.armed.Store(true)
+	svc, pool, realm, secret := tokenCounted(t, h, "a token in use", "busy@example.com")
 	const ttl = 2 * time.Second
 	stop := svc.StartTokenCache(ctx, ttl, nil)
 	defer stop()
@@ -210,7 +183,7 @@ func TestATokenInUseIsLookedUpAheadOfItsEnd(t *testing.T) {
 
 	// Revoked behind the cache's back: the next lookup ahead finds it gone
 	// and drops it, and the request after that is refused.
-	_, err = pool.Exec(ctx, "UPDATE api_tokens SET revoked_at = now() WHERE realm_id = $1", realm.ID)
+	_, err := pool.Exec(ctx, "UPDATE api_tokens SET revoked_at = now() WHERE realm_id = $1", realm.ID)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		_, err := svc.LookupToken(ctx, secret)
