@@ -325,13 +325,18 @@ func (l *Limiter) decide(ctx context.Context, realm string, keys, args []string,
 	if err == nil && (len(vals) != 6 || vals[1] < 1 || vals[1] > int64(len(keys))) {
 		err = errors.New("limiter: unexpected script reply")
 	}
+	if err != nil && ctx.Err() != nil {
+		// The request's client went away: that says nothing about Redis, so
+		// it is no outage (no WARN that Redis is unreachable, no error
+		// counted), and the request has nobody left to answer.
+		return Decision{Allowed: true, Scope: scopes[0], Err: ctx.Err()}, false
+	}
 	if err != nil {
-		// Only a failed connection pauses the asking. A request whose client
-		// went away says nothing about Redis, and a timeout may be this
+		// Only a failed connection pauses the asking. A timeout may be this
 		// process's own CPU under a storm: pausing then would switch the
 		// limiter off exactly when it is needed. A timeout costs its request
 		// the timeout, no more.
-		paused := ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded)
+		paused := !errors.Is(err, context.DeadlineExceeded)
 		return l.failOpen(realm, scopes[0], err, paused), false
 	}
 	l.reachable()

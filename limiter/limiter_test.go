@@ -413,6 +413,36 @@ func TestFailOpen(t *testing.T) {
 	require.Equal(t, int64(1), logged.Load())
 }
 
+// TestAClientGoneIsNoOutage: a decision whose request ended before Redis
+// answered (its client went away) is not an outage: no WARN that Redis is
+// unreachable, no error counted, and the next request is decided.
+func TestAClientGoneIsNoOutage(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var logged atomic.Int64
+	reg := prometheus.NewRegistry()
+	lim := limiter.New(limiter.Config{
+		Client:           f.client,
+		Registerer:       reg,
+		ErrorLogInterval: time.Nanosecond,
+		Log:              slog.New(countingHandler{msg: "limiter: redis unreachable; allowing requests unlimited", n: &logged}),
+	})
+	defer lim.Close()
+	s := limiter.Subject{Realm: uuid.New(), Token: uuid.New(), TokenLimit: 1000}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 {
+		d := lim.Allow(gone, s)
+		require.True(t, d.Allowed)
+		require.ErrorIs(t, d.Err, context.Canceled)
+	}
+	require.Zero(t, logged.Load(), "a client gone is not Redis gone")
+	require.Zero(t, decisions(t, reg, s.Realm, "token", "error"))
+	d := lim.Allow(context.Background(), s)
+	require.NoError(t, d.Err, "the next request is decided")
+	require.Equal(t, 1.0, decisions(t, reg, s.Realm, "token", "allowed")+decisions(t, reg, s.Realm, "realm", "allowed"))
+}
+
 // TestKeys: the keys a decision builds are the named ones.
 func TestKeys(t *testing.T) {
 	t.Parallel()
