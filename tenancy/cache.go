@@ -35,6 +35,11 @@ type tokenCache struct {
 	mu     sync.RWMutex
 	byHash map[[32]byte]cachedToken
 	byID   map[uuid.UUID][32]byte
+
+	// refreshing holds the tokens being looked up ahead of their answer's
+	// end, so that the requests meanwhile start nothing more.
+	refreshMu  sync.Mutex
+	refreshing map[[32]byte]struct{}
 }
 
 type cachedToken struct {
@@ -56,7 +61,8 @@ func (s *Service) StartTokenCache(ctx context.Context, ttl time.Duration, log *s
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &tokenCache{ttl: ttl, log: log, byHash: map[[32]byte]cachedToken{}, byID: map[uuid.UUID][32]byte{}}
+	c := &tokenCache{ttl: ttl, log: log, byHash: map[[32]byte]cachedToken{}, byID: map[uuid.UUID][32]byte{},
+		refreshing: map[[32]byte]struct{}{}}
 	s.cache.Store(c)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan struct{})
@@ -165,6 +171,25 @@ func (c *tokenCache) put(hash [32]byte, p *Principal, gen uint64) {
 	}
 	c.byHash[hash] = cachedToken{p: *p, expires: time.Now().Add(c.ttl).UnixNano()}
 	c.byID[p.TokenID] = hash
+}
+
+// claimRefresh says whether the caller is to look hash up ahead of its
+// answer's end: false while another lookup ahead of it runs.
+func (c *tokenCache) claimRefresh(hash [32]byte) bool {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	if _, ok := c.refreshing[hash]; ok {
+		return false
+	}
+	c.refreshing[hash] = struct{}{}
+	return true
+}
+
+// endRefresh ends hash's lookup ahead, if one ran.
+func (c *tokenCache) endRefresh(hash [32]byte) {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	delete(c.refreshing, hash)
 }
 
 // drop removes hash's answer: a fresh lookup found the token gone.

@@ -25,7 +25,7 @@ func (s *Service) LookupToken(ctx context.Context, secret string) (*Principal, e
 	c := s.tokenCache()
 	if c != nil {
 		if p, stale, ok := c.get(hash); ok {
-			if stale {
+			if stale && c.claimRefresh(hash) {
 				// Refresh ahead: a token in use is looked up again in the
 				// background after half its ttl, so no request of it waits
 				// for the lookup when its answer expires. Waiting, a
@@ -74,6 +74,9 @@ func (s *Service) lookupTokenShared(ctx context.Context, c *tokenCache, hash [32
 			p, err = s.lookupToken(ctx, hash[:])
 			return err
 		})
+		if c != nil {
+			defer c.endRefresh(hash)
+		}
 		switch {
 		case err == nil && c != nil:
 			c.put(hash, p, gen)
