@@ -387,21 +387,30 @@ func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 
-// TestFailOpen: when Redis cannot answer in time every request is allowed,
-// each is counted as an error, and the log says so once per interval.
-func TestFailOpen(t *testing.T) {
-	t.Parallel()
+// outageLogging is a limiter on the test Redis with its own registry and
+// the decision timeout given (0: the default), whose outage WARNs, at most
+// one an interval, are counted.
+func outageLogging(t *testing.T, timeout, interval time.Duration) (*limiter.Limiter, *prometheus.Registry, *atomic.Int64) {
+	t.Helper()
 	f := setup(t)
-	var logged atomic.Int64
+	logged := &atomic.Int64{}
 	reg := prometheus.NewRegistry()
 	lim := limiter.New(limiter.Config{
 		Client:           f.client,
 		Registerer:       reg,
-		Timeout:          time.Nanosecond, // nothing answers that fast
-		ErrorLogInterval: time.Hour,
-		Log:              slog.New(countingHandler{msg: "limiter: redis unreachable; allowing requests unlimited", n: &logged}),
+		Timeout:          timeout,
+		ErrorLogInterval: interval,
+		Log:              slog.New(countingHandler{msg: "limiter: redis unreachable; allowing requests unlimited", n: logged}),
 	})
-	defer lim.Close()
+	t.Cleanup(lim.Close)
+	return lim, reg, logged
+}
+
+// TestFailOpen: when Redis cannot answer in time every request is allowed,
+// each is counted as an error, and the log says so once per interval.
+func TestFailOpen(t *testing.T) {
+	t.Parallel()
+	lim, reg, logged := outageLogging(t, time.Nanosecond, time.Hour) // nothing answers that fast
 	s := limiter.Subject{Realm: uuid.New(), Token: uuid.New(), TokenLimit: 1}
 	for range 50 {
 		d := lim.Allow(context.Background(), s)
@@ -418,16 +427,7 @@ func TestFailOpen(t *testing.T) {
 // unreachable, no error counted, and the next request is decided.
 func TestAClientGoneIsNoOutage(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	var logged atomic.Int64
-	reg := prometheus.NewRegistry()
-	lim := limiter.New(limiter.Config{
-		Client:           f.client,
-		Registerer:       reg,
-		ErrorLogInterval: time.Nanosecond,
-		Log:              slog.New(countingHandler{msg: "limiter: redis unreachable; allowing requests unlimited", n: &logged}),
-	})
-	defer lim.Close()
+	lim, reg, logged := outageLogging(t, 0, time.Nanosecond)
 	s := limiter.Subject{Realm: uuid.New(), Token: uuid.New(), TokenLimit: 1000}
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
