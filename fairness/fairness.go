@@ -264,6 +264,7 @@ type flow struct {
 	load       float64 // its units in flight or queued, averaged over loadWindow
 	loadAt     time.Time
 	measured   bool // estimate is measured, not assumed
+	loaded     bool // load was SparseDepth or more when it was last classified
 	known      bool // it was measured once: it may not take the probe seat
 	lastSeen   time.Time
 	activeTill time.Time
@@ -322,10 +323,16 @@ const (
 // queued, deep when it has more. Background work is all sparse (its level
 // has no classes). c.mu is held and f is settled.
 func (c *Controller) classify(f *flow, now time.Time) class {
-	switch {
-	case f.lvl.lvl == Background:
+	if f.lvl.lvl == Background {
 		return sparseWork
-	case !f.measured || c.marked(f, now) || f.load >= float64(c.cfg.SparseDepth):
+	}
+	loaded := f.load >= float64(c.cfg.SparseDepth)
+	if loaded && !f.loaded {
+		c.logBacklogged(f, "load", now)
+	}
+	f.loaded = loaded
+	switch {
+	case !f.measured || c.marked(f, now) || loaded:
 		return backloggedWork
 	case f.inflight+len(f.queue) < c.cfg.SparseDepth:
 		return sparseWork
@@ -798,7 +805,8 @@ func (c *Controller) logBacklogged(f *flow, why string, now time.Time) {
 	l := f.lvl
 	c.cfg.Log.Debug("fairness: backlogged",
 		slog.String("realm", f.name), slog.String("reason", why),
-		slog.Int("inflight", f.inflight), slog.Int("queued", len(f.queue)),
+		slog.Int("inflight", f.inflight), slog.Int("queued", len(f.queue)), slog.Float64("load", f.load),
+		slog.Float64("estimate_ms", f.estimate*1e3),
 		slog.Int("seats_in_use", l.inUse), slog.Int("backlogged_seats_in_use", l.backlogged),
 		slog.Int("active_realms", c.active))
 }

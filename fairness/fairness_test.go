@@ -926,10 +926,13 @@ func TestARealmBackFromIdleGoesBeforeTheStormsQueue(t *testing.T) {
 // for sparse work. Sixteen storms of four clients, each read served within
 // the wait bound, were never refused; as deep work they held every seat and
 // the quiet realm beside them measured x4.5-6.3 its baseline p99. A light
-// realm with one request in flight all along is not backlogged.
+// realm with one request in flight all along is not backlogged. Turning
+// backlogged by its load is one DEBUG line, with the load.
 func TestARealmKeepingItsQueueDeepIsBacklogged(t *testing.T) {
 	t.Parallel()
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats, cfg.WaitBound = 4, 1, time.Hour })
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats, cfg.WaitBound, cfg.Log = 4, 1, time.Hour, log })
 	measure(t, c, "victim", "storm")
 	v := now(t, c, "victim") // one in flight all along
 	var held []func()
@@ -943,6 +946,9 @@ func TestARealmKeepingItsQueueDeepIsBacklogged(t *testing.T) {
 		ask(c, "storm", Interactive, out) // backlogged: behind the held units
 		awaitQueued(t, c, "storm", Interactive, i+1)
 	}
+	require.Equal(t, 1, strings.Count(buf.String(), `"reason":"load"`), buf.String())
+	require.Contains(t, buf.String(), `"realm":"storm","reason":"load"`)
+	require.NotContains(t, buf.String(), `"realm":"victim"`)
 	held[0]()
 	g := next(t, out) // the one backlogged seat
 	require.NoError(t, g.err)
