@@ -193,7 +193,7 @@ func PatchRows(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, patche
 	rows, err := tx.Query(ctx,
 		`UPDATE rows r SET cells = jsonb_strip_nulls(r.cells || u.patch), version = r.version + 1, updated_at = now()
 		 FROM unnest($3::uuid[], $4::jsonb[]) AS u(id, patch)
-		 WHERE r.realm_id = $1 AND r.table_id = $2 AND r.id = u.id
+		 WHERE r.realm_id = $1 AND r.table_id = $2 AND r.id = ANY($3::uuid[]) AND r.id = u.id
 		 RETURNING r.id, r.version, r.cells, r.created_at, r.updated_at`,
 		realm, t.ID, ids, b)
 	if err != nil {

@@ -287,7 +287,7 @@ func (h *Handler) updateRows(c echo.Context) error {
 		rows, err := tx.Query(ctx,
 			`UPDATE rows r SET cells = jsonb_strip_nulls(r.cells || u.patch), version = r.version + 1, updated_at = now()
 			 FROM unnest($3::uuid[], $4::bigint[], $5::jsonb[]) AS u(id, version, patch)
-			 WHERE r.realm_id = $1 AND r.table_id = $2 AND r.id = u.id AND r.version = u.version
+			 WHERE r.realm_id = $1 AND r.table_id = $2 AND r.id = ANY($3::uuid[]) AND r.id = u.id AND r.version = u.version
 			 RETURNING r.id, r.version, r.cells, r.created_at, r.updated_at`,
 			realm, tableID, ids, versions, patches)
 		if err != nil {
