@@ -263,6 +263,7 @@ func (s *stack) seed(ctx context.Context, p plan, base string, want func(string)
 		}
 	}
 	fmt.Printf("harness: seeded in %.0fs\n", time.Since(started).Seconds())
+	s.settle(ctx, "seed")
 	return r, nil
 }
 
@@ -354,7 +355,7 @@ func run(ctx context.Context) (int, error) {
 	loneOn, loneOff := runLone(ctx, p, srv.base, off.base, r.lone)
 	off.stop()
 	imp := runImport(ctx, p, srv.base, r.victim, r.importer)
-	s.settle(ctx)
+	s.settle(ctx, "import")
 	un, err := runUnauth(ctx, p, srv.base, r.victim)
 	if err != nil {
 		return 0, err
@@ -371,7 +372,7 @@ func run(ctx context.Context) (int, error) {
 	defer k.close()
 	auto := runAutomationStorm(ctx, p, s, srv.base, "autostorm", autos, r.storm, k)
 	srv.stop()
-	s.settle(ctx)
+	s.settle(ctx, "automation storm")
 
 	// control, floor and the automation storm's control on a server of
 	// their own, the controller switched off.
