@@ -25,6 +25,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,7 @@ type Config struct {
 	Coalesce           time.Duration // the least time between two messages of a stream
 	BulkRows           int           // more rows than this waiting for a stream become a resync
 	WriteTimeout       time.Duration // a write to a stream blocked this long drops it
+	Writers            int           // stream writes running at once; 0 is half the cores, at least one
 	ResumeWindow       time.Duration
 	Log                *slog.Logger
 }
@@ -88,6 +90,7 @@ func (cfg Config) sized() Config {
 	def(&cfg.MaxStreamsPerRealm, DefaultMaxStreamsPerRealm)
 	def(&cfg.MaxStreamsPerUser, DefaultMaxStreamsPerUser)
 	def(&cfg.BulkRows, DefaultBulkRows)
+	def(&cfg.Writers, max(1, runtime.GOMAXPROCS(0)/2))
 	defd(&cfg.Heartbeat, DefaultHeartbeat)
 	defd(&cfg.IdleTimeout, DefaultIdleTimeout)
 	defd(&cfg.Coalesce, DefaultCoalesce)
@@ -136,9 +139,11 @@ type Hub struct {
 	byRealm  map[uuid.UUID]int
 	byUser   map[uuid.UUID]int
 	total    int
-	recent   []received    // a ring of the last recentEvents events
-	next     int           // where the ring writes next
-	closed   chan struct{} // closed by EndStreams: every stream ends, and no new one opens
+	recent   []received      // a ring of the last recentEvents events
+	next     int             // where the ring writes next
+	closed   chan struct{}   // closed by EndStreams: every stream ends, and no new one opens
+	slots    chan *writeSlot // Config.Writers turns to write to a stream
+	hold     time.Duration   // the longest a write keeps its slot: slotHold
 	end      sync.Once
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
@@ -153,6 +158,10 @@ func New(client rueidis.Client, cfg Config, reg prometheus.Registerer) *Hub {
 		queue: make(chan Event, publishQueue), overflow: map[[2]uuid.UUID]bool{},
 		topics: map[topicKey]*topic{}, byRealm: map[uuid.UUID]int{}, byUser: map[uuid.UUID]int{},
 		closed: make(chan struct{}),
+	}
+	h.slots, h.hold = make(chan *writeSlot, h.cfg.Writers), slotHold
+	for range h.cfg.Writers {
+		h.slots <- &writeSlot{}
 	}
 	h.m = newMetrics(h, reg)
 	return h

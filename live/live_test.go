@@ -1,6 +1,7 @@
 package live
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -192,4 +193,94 @@ func TestDeliverConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 	require.False(t, s.lagging.Load())
+}
+
+// Stream writes run at most Writers at once: a message that wakes every
+// stream of a table does not put them all on the cores together. A slot
+// rests twice as long as its writes ran. A write whose client takes no data
+// keeps its slot only briefly, so it holds up no other stream; a write
+// waiting for a slot gives up when its stream ends.
+func TestStreamWritesTakeTurns(t *testing.T) {
+	h := New(nil, Config{Writers: 2}, nil)
+	h.hold = time.Hour
+	var mu sync.Mutex
+	running, most := 0, 0
+	unblock := make(chan struct{})
+	entered := make(chan int, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := h.write(t.Context(), func() error {
+				mu.Lock()
+				running++
+				most = max(most, running)
+				mu.Unlock()
+				entered <- i
+				<-unblock
+				mu.Lock()
+				running--
+				mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	<-entered
+	<-entered
+	select {
+	case <-entered:
+		t.Fatal("a third write ran beside two, with two slots")
+	case <-time.After(50 * time.Millisecond):
+	}
+	unblock <- struct{}{} // one write ends: the third takes its slot
+	<-entered
+	close(unblock)
+	wg.Wait()
+	require.Equal(t, 2, most)
+
+	// The next write on a slot waits out its rest.
+	rested := New(nil, Config{Writers: 1}, nil)
+	rested.hold = time.Hour
+	var began, ended time.Time
+	require.NoError(t, rested.write(t.Context(), func() error {
+		began = time.Now()
+		time.Sleep(2 * time.Millisecond)
+		ended = time.Now()
+		return nil
+	}))
+	var next time.Time
+	require.NoError(t, rested.write(t.Context(), func() error { next = time.Now(); return nil }))
+	require.GreaterOrEqual(t, next.Sub(ended), writeRest*ended.Sub(began), "the slot's rest")
+
+	// A write blocked on its client keeps its slot for h.hold at most.
+	blocked := New(nil, Config{Writers: 1}, nil)
+	blocked.hold = 10 * time.Millisecond
+	stuck := make(chan struct{})
+	defer close(stuck)
+	go func() { _ = blocked.write(t.Context(), func() error { <-stuck; return nil }) }()
+	done := make(chan error, 1)
+	go func() { done <- blocked.write(t.Context(), func() error { return nil }) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write waited behind one blocked on its client")
+	}
+
+	// With every slot held, a write whose stream ends gives up.
+	ending := New(nil, Config{Writers: 1}, nil)
+	ending.hold = time.Hour
+	hold := make(chan struct{})
+	defer close(hold)
+	go func() { _ = ending.write(t.Context(), func() error { <-hold; return nil }) }()
+	for len(ending.slots) > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.ErrorIs(t, ending.write(ctx, func() error { t.Error("ran without a slot"); return nil }), context.Canceled)
 }

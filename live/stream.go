@@ -1,10 +1,12 @@
 package live
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -352,11 +354,13 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 	hdr.Set("X-Accel-Buffering", "no") // a proxy in front must not buffer it
 	res.WriteHeader(http.StatusOK)
 	write := func(b []byte) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
-		if _, err := res.Write(b); err != nil {
-			return err
-		}
-		return rc.Flush()
+		return h.write(ctx, func() error {
+			_ = rc.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
+			if _, err := res.Write(b); err != nil {
+				return err
+			}
+			return rc.Flush()
+		})
 	}
 	hello, _ := json.Marshal(map[string]any{"table": table})
 	if err := write(append(append([]byte("retry: 2000\nevent: hello\ndata: "), hello...), "\n\n"...)); err != nil {
@@ -403,6 +407,49 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 			idle.Reset(h.cfg.IdleTimeout)
 		}
 	}
+}
+
+// slotHold is the longest a stream write keeps its slot: a client whose
+// socket is full goes on writing without it, and holds up no other stream.
+const slotHold = 5 * time.Millisecond
+
+// writeRest is how many times as long as its writes ran a slot rests, once
+// a millisecond of rest is owed. A message of a table wakes every stream of
+// it at once (500 for a realm at its cap, ten times a second in the
+// harness's live arm); written back to back they took the cores in bursts,
+// and a reader of another realm measured x3.4-4.7 its baseline p99, one
+// slot or 1,000. Resting twice as long as they ran (a third of a core for
+// stream writes at most, per slot), x2.2 and x2.3; four times, x2.4. The
+// 500 streams get their message over about 45 ms instead of 15.
+const writeRest = 2
+
+// writeSlot is one of Writers turns to write to a stream, with the rest it
+// owes.
+type writeSlot struct{ owed time.Duration }
+
+// write runs w, a write to one stream, in one of Writers slots, and rests
+// the slot writeRest times as long as w ran. The wait for a slot ends with
+// ctx.
+func (h *Hub) write(ctx context.Context, w func() error) error {
+	var s *writeSlot
+	select {
+	case s = <-h.slots:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	release := sync.OnceFunc(func() { h.slots <- s })
+	held := time.AfterFunc(h.hold, release)
+	start := time.Now()
+	err := w()
+	if held.Stop() { // written within slotHold: the slot is still this write's
+		s.owed += time.Duration(writeRest * float64(time.Since(start)))
+		if s.owed >= time.Millisecond {
+			time.Sleep(s.owed)
+			s.owed = 0
+		}
+	}
+	release()
+	return err
 }
 
 // dropped counts a stream cut because a write to it failed or blocked for

@@ -104,6 +104,7 @@ var (
 	sLiveStreamsUser  = setting{"live-streams-per-user", "APPDOR_LIVE_STREAMS_PER_USER", "20", "live event streams one user (or one API token) may hold open on this process: a person's tabs"}
 	sLiveIdleTimeout  = setting{"live-idle-timeout", "APPDOR_LIVE_IDLE_TIMEOUT", "5m", "a live stream with nothing to send this long ends; its client reconnects, and is authenticated again"}
 	sLiveWriteTimeout = setting{"live-write-timeout", "APPDOR_LIVE_WRITE_TIMEOUT", "10s", "a live stream whose client takes no data this long is dropped (it resumes or resyncs when it reconnects)"}
+	sLiveWriters      = setting{"live-writers", "APPDOR_LIVE_WRITERS", "0", "live stream writes running at once (0: half the cores, at least one); a message wakes every stream of its table together, and the others wait their turn"}
 )
 
 // secrets are the settings whose variable must not show as the flag's
@@ -120,7 +121,7 @@ var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBo
 	sMetricsListen, sMetricsToken, sMetricsRealmIdle,
 	sReadHeaderTimeout, sReadTimeout, sWriteTimeout, sIdleTimeout, sStreamTimeout, sShutdownDrain,
 	sAutoWorkers, sAutoPool, sAutoBacklog, sAutoMaxHops, sWebhookTime, sWebhookPriv, sWebhookCIDRs,
-	sLiveStreams, sLiveStreamsRealm, sLiveStreamsUser, sLiveIdleTimeout, sLiveWriteTimeout}
+	sLiveStreams, sLiveStreamsRealm, sLiveStreamsUser, sLiveIdleTimeout, sLiveWriteTimeout, sLiveWriters}
 
 // configError names the flag and the variable a bad value came from.
 func configError(s setting, format string, args ...any) error {
@@ -247,7 +248,11 @@ func liveConfig(cmd *cobra.Command) (live.Config, error) {
 		}
 		*c.dst = n
 	}
-	var err error
+	n, err := strconv.Atoi(str(cmd, sLiveWriters))
+	if err != nil || n < 0 || n > 1000 {
+		return lc, configError(sLiveWriters, "%q is not a number from 0 to 1000", str(cmd, sLiveWriters))
+	}
+	lc.Writers = n
 	if lc.IdleTimeout, err = duration(cmd, sLiveIdleTimeout); err != nil {
 		return lc, err
 	}

@@ -155,9 +155,15 @@ func TestBadTimeoutSettingsNameTheVariable(t *testing.T) {
 }
 
 func TestBadSettingNamesTheVariable(t *testing.T) {
-	var out bytes.Buffer
-	err := run(t.Context(), []string{"serve", "--db-max-conns", "lots"}, &out)
-	require.ErrorContains(t, err, "APPDOR_DB_MAX_CONNS")
+	for _, c := range []struct{ flag, env, value string }{
+		{"--db-max-conns", "APPDOR_DB_MAX_CONNS", "lots"},
+		{"--live-writers", "APPDOR_LIVE_WRITERS", "-1"},
+		{"--live-writers", "APPDOR_LIVE_WRITERS", "all"},
+	} {
+		var out bytes.Buffer
+		err := run(t.Context(), []string{"serve", c.flag, c.value}, &out)
+		require.ErrorContains(t, err, c.env, "%s %s", c.flag, c.value)
+	}
 }
 
 func TestBadFairnessSettingsNameTheVariable(t *testing.T) {
