@@ -775,6 +775,7 @@ func remove(q []*waiter, w *waiter) []*waiter {
 // not. c.mu is held.
 func (c *Controller) refuse(f *flow, reason string, now time.Time, marks bool) {
 	f.fm.refused(reason).Inc()
+	wasMarked := c.marked(f, now) // backlogged by an earlier refusal
 	if marks {
 		c.mark(f, reason, now)
 	}
@@ -785,7 +786,9 @@ func (c *Controller) refuse(f *flow, reason string, now time.Time, marks bool) {
 		c.cfg.Log.Warn("fairness: concurrency_limited",
 			slog.String("realm", f.name), slog.String("fairness_level", l.lvl.String()), slog.String("reason", reason),
 			slog.Int("inflight", f.inflight), slog.Int("queued", len(f.queue)),
-			slog.Int("seats_in_use", l.inUse), slog.Int("seats", l.seats), slog.Int("active_realms", c.active))
+			slog.Float64("load", f.load), slog.Bool("marked", wasMarked),
+			slog.Int("seats_in_use", l.inUse), slog.Int("backlogged_seats_in_use", l.backlogged), slog.Int("seats", l.seats),
+			slog.Int("active_realms", c.active))
 	}
 }
 
