@@ -705,6 +705,9 @@ func TestBackloggedIsLoggedOncePerEpisode(t *testing.T) {
 	require.Equal(t, 1, strings.Count(buf.String(), `"msg":"fairness: backlogged"`), buf.String())
 	require.Equal(t, 1, strings.Count(buf.String(), `"msg":"fairness: concurrency_limited"`), buf.String())
 	require.Contains(t, buf.String(), `"realm":"storm"`)
+	// The WARN line says whether the realm was backlogged before this
+	// refusal: the first refusal of the episode finds it unmarked.
+	require.Regexp(t, `"msg":"fairness: concurrency_limited".*"load":[0-9.e-]+,"marked":false,`, buf.String())
 	hold()
 	next(t, out).release()
 }
