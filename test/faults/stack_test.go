@@ -323,5 +323,9 @@ func refused(err error) bool {
 		return false
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF")
+	// "server closed idle connection": the request went out on a kept-alive
+	// connection the stopping server was closing as idle, so it was never
+	// read (the transport retries only idempotent requests by itself).
+	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF") ||
+		strings.Contains(msg, "server closed idle connection")
 }
