@@ -50,8 +50,8 @@ func (a *App) observe(next echo.HandlerFunc) echo.HandlerFunc {
 type poolCollector struct {
 	pool *pgxpool.Pool
 
-	acquires, acquireWait, emptyAcquires, emptyWait, canceled *prometheus.Desc
-	acquired, idle, total, max                                *prometheus.Desc
+	acquires, acquireWait, emptyAcquires, emptyWait, canceled, newConns *prometheus.Desc
+	acquired, idle, total, max                                          *prometheus.Desc
 }
 
 func newPoolCollector(pool *pgxpool.Pool) *poolCollector {
@@ -65,6 +65,7 @@ func newPoolCollector(pool *pgxpool.Pool) *poolCollector {
 		emptyAcquires: d("empty_acquires_total", "Acquires that found no idle connection and waited (or dialed): the starvation signal."),
 		emptyWait:     d("empty_acquire_wait_seconds_total", "Time spent waiting by acquires that found the pool empty."),
 		canceled:      d("canceled_acquires_total", "Acquires canceled by their context (e.g. the acquire deadline: a 503)."),
+		newConns:      d("new_conns_total", "Connections opened (each a PostgreSQL backend): the pool's churn."),
 		acquired:      d("acquired_conns", "Connections in use now."),
 		idle:          d("idle_conns", "Idle connections now."),
 		total:         d("total_conns", "Open connections now."),
@@ -73,7 +74,7 @@ func newPoolCollector(pool *pgxpool.Pool) *poolCollector {
 }
 
 func (p *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{p.acquires, p.acquireWait, p.emptyAcquires, p.emptyWait, p.canceled,
+	for _, d := range []*prometheus.Desc{p.acquires, p.acquireWait, p.emptyAcquires, p.emptyWait, p.canceled, p.newConns,
 		p.acquired, p.idle, p.total, p.max} {
 		ch <- d
 	}
@@ -92,6 +93,7 @@ func (p *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(p.emptyAcquires, float64(s.EmptyAcquireCount()))
 	counter(p.emptyWait, s.EmptyAcquireWaitTime().Seconds())
 	counter(p.canceled, float64(s.CanceledAcquireCount()))
+	counter(p.newConns, float64(s.NewConnsCount()))
 	gauge(p.acquired, float64(s.AcquiredConns()))
 	gauge(p.idle, float64(s.IdleConns()))
 	gauge(p.total, float64(s.TotalConns()))

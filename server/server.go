@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -207,6 +208,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	// backends (a fork and a statement cache each) while it holds its slots.
 	pcfg.MinConns = max(1, pcfg.MaxConns/2)
 	pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	pcfg.ConnConfig.BuildContextWatcherHandler = keepConnOnCancel
 	if cfg.Migrate {
 		mcfg, err := pgx.ParseConfig(cfg.migrateURL())
 		if err == nil {
@@ -487,3 +489,21 @@ func (a *App) Close() {
 		a.pool.Close()
 	}
 }
+
+// keepConnOnCancel is what a query does when its request's context ends (the
+// client went away, or gave up): it runs on for queryGrace, and only then
+// is it cancelled by a cancel request, which leaves the connection usable.
+// pgx's default closes the connection at once, so every client that gave up
+// on a read cost the pool a connection and the next requests a new
+// PostgreSQL backend (a fork, and caches and prepared statements built
+// again): the storm harness's victim measured its p99 after a storm stopped
+// above its p99 during the storm. The connection is closed only if the
+// server does not answer the cancel within queryCancelDeadline.
+func keepConnOnCancel(c *pgconn.PgConn) ctxwatch.Handler {
+	return &pgconn.CancelRequestContextWatcherHandler{Conn: c, CancelRequestDelay: queryGrace, DeadlineDelay: queryCancelDeadline}
+}
+
+const (
+	queryGrace          = 100 * time.Millisecond
+	queryCancelDeadline = 2 * time.Second
+)
