@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 )
 
 // DefaultTokenCacheTTL bounds how long a cached token answer lives even when
@@ -108,7 +110,14 @@ func (s *Service) listenTokens(ctx context.Context, c *tokenCache, ready chan st
 }
 
 func (s *Service) listenOnce(ctx context.Context, c *tokenCache, listening func()) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
+	cfg := s.pool.Config().ConnConfig.Copy()
+	// Waiting for a notification runs no query, so a cancel request cannot
+	// end the wait when ctx does (the pool's connections wait for one);
+	// closing the connection at once does.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
