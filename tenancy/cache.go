@@ -203,12 +203,11 @@ func (c *tokenCache) endRefresh(hash [32]byte) {
 
 // drop removes hash's answer: a fresh lookup found the token gone.
 func (c *tokenCache) drop(hash [32]byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.gen.Add(1)
-	if e, ok := c.byHash[hash]; ok {
-		delete(c.byHash, hash)
-		delete(c.byID, e.p.TokenID)
+	c.mu.RLock()
+	e, ok := c.byHash[hash]
+	c.mu.RUnlock()
+	if ok {
+		c.forget(e.p.TokenID)
 	}
 }
 
