@@ -68,7 +68,15 @@ func NewApp(t testing.TB, mutate func(*server.Config)) *App {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	// The server's log is kept, and shown when the test fails: a warning
+	// of the server is often the reason.
+	var out syncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the server's log:\n%s", out.String())
+		}
+	})
+	log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	a, err := server.New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +87,27 @@ func NewApp(t testing.TB, mutate func(*server.Config)) *App {
 		a.Close()
 	})
 	return &App{App: a, URL: srv.URL, Tenancy: tenancy.New(Pool(t)), Config: cfg}
+}
+
+// syncBuffer is a bytes.Buffer a logger may write from many goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() > 4<<20 { // a long test keeps its first 4 MiB
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 var (
