@@ -151,9 +151,16 @@ func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, h
 	// The delay is measured on LiveTracked of the writer's streams; the others
 	// are held and drained.
 	open(writer, p.LiveTracked, true)
-	open(writer, p.LiveWriterStreams-p.LiveTracked, false)
+	sets := []holdSet{{writer.Token, writer.TableID, p.LiveWriterStreams - p.LiveTracked}}
 	for _, h := range holders {
-		open(h, p.LiveStreamsEach, false)
+		sets = append(sets, holdSet{h.Token, h.TableID, p.LiveStreamsEach})
+	}
+	held, r, err := holdElsewhere(base, sets)
+	if err != nil {
+		fmt.Println("live: the stream holder:", err)
+	} else {
+		out.Streams += int(r.Opened)
+		out.Refused += r.Refused
 	}
 	sleepCtx(ctx, time.Second)
 	opened, _ := scrapeAll(ctx, base)
@@ -209,6 +216,13 @@ func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, h
 	out.during = summarize(out.rec.sel("victim", "live"))
 	out.Batches = len(batches)
 	out.Ended = ended.Load()
+	if held != nil {
+		r, err := held.close()
+		if err != nil {
+			fmt.Println("live: the stream holder:", err)
+		}
+		out.Ended += r.Ended
+	}
 
 	if opened != nil && after != nil {
 		c0, _ := opened.sum("process_cpu_seconds_total", nil)
