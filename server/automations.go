@@ -31,6 +31,14 @@ func (a *App) startAutomations(ctx context.Context) error {
 	pcfg.MinConns = 0
 	pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	pcfg.AfterConnect = automations.WorkerConnection
+	// A stopping worker's statement is cancelled, not its connection
+	// closed. A closed connection keeps its place in this small pool until
+	// its cancel request and goodbye are through, and the claim a stopping
+	// worker gives back (automations.Service.Close) needs a place within
+	// 2 s: in one CI run it did not get one (its test failed after 2.42 s),
+	// as when every connection of the pool closes at once on a loaded
+	// machine.
+	pcfg.ConnConfig.BuildContextWatcherHandler = keepConnOnCancel
 	if a.autoPool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return &ConnectError{Service: "database", URL: Redact(a.cfg.DatabaseURL), Err: err}
 	}
