@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -121,22 +120,7 @@ func serve(t *testing.T, redisDown bool, mutate func(*server.Config)) *served {
 }
 
 // logBuffer holds a server's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ testenv.SyncBuffer }
 
 // count is how many lines have msg as their message.
 func (l *logBuffer) count(msg string) int {

@@ -70,7 +70,7 @@ func NewApp(t testing.TB, mutate func(*server.Config)) *App {
 	}
 	// The server's log is kept, and shown when the test fails: a warning
 	// of the server is often the reason.
-	var out syncBuffer
+	var out SyncBuffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the server's log:\n%s", out.String())
@@ -89,13 +89,14 @@ func NewApp(t testing.TB, mutate func(*server.Config)) *App {
 	return &App{App: a, URL: srv.URL, Tenancy: tenancy.New(Pool(t)), Config: cfg}
 }
 
-// syncBuffer is a bytes.Buffer a logger may write from many goroutines.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer a logger may write from many goroutines; it
+// keeps the first 4 MiB.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.buf.Len() > 4<<20 { // a long test keeps its first 4 MiB
@@ -104,7 +105,7 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
