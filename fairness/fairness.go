@@ -11,9 +11,8 @@
 //     work falls behind light work; a flow that starts waiting starts now.
 //   - Sparse first: a unit whose flow has fewer than SparseDepth units in
 //     flight or queued goes first; other units go next, after sparse ones.
-//     Backlogged work goes last: that of a flow which kept SparseDepth units
-//     or more outstanding throughout the last loadWindow (a standing queue,
-//     told from a passing one by its minimum, as CoDel does), was refused with
+//     Backlogged work goes last: that of a flow which averaged SparseDepth
+//     units or more outstanding over the last loadWindow, was refused with
 //     its own work queued ahead within SparseAfterRefusal (so a storm idling
 //     between refusals never passes for sparse), or is not measured yet
 //     (new, or back after ActiveWindow idle). A unit is never of a better
@@ -82,20 +81,14 @@ const (
 	// DefaultSparseDepth: at 4, sixteen storms of four clients each found
 	// three of their own outstanding at every arrival and passed for sparse.
 	DefaultSparseDepth = 2
-	// loadWindow is how long a flow must keep SparseDepth units or more
-	// outstanding, without a moment below, to be backlogged by its load.
+	// loadWindow is the time constant of a flow's average outstanding work.
 	// Sixteen storms of four clients served within the wait bound were
 	// never refused, so never marked; by their depth at each arrival alone
 	// they stayed ahead of backlogged work, held every seat, and the quiet
 	// realm reading 200 times a second beside them measured x4.5-6.3 its
-	// baseline p99 in two runs of ten. A closed loop of four clients never
-	// has fewer than three outstanding. A realm reading 200 times a second
-	// has two outstanding on average once its reads take 10 ms, which the
-	// others' background work can do to it; an average over loadWindow
-	// then counted that slowness as its demand, backlogged it, and slowed it
-	// further until its reads were refused (70 and 237 of them in two full
-	// harness runs' automation storms). Its arrivals are spread out, so its
-	// count still falls below two between them, many times a loadWindow.
+	// baseline p99 in two runs of ten. Averaged, four clients' storm crosses
+	// two units in 170 ms, while a realm reading 200 times a second reaches
+	// two only once its requests average 10 ms.
 	loadWindow        = 250 * time.Millisecond
 	DefaultRetryAfter = time.Second
 	// minEstimate is the least service time, seconds, a flow is assumed to
@@ -159,7 +152,7 @@ type Config struct {
 	// DefaultSparseAfterRefusal.
 	SparseAfterRefusal time.Duration
 	// SparseDepth is how many units of its own in flight or queued make a
-	// flow's arriving unit no longer sparse, and how many kept throughout
+	// flow's arriving unit no longer sparse, and how many on average over
 	// loadWindow make its flow backlogged; 0 is DefaultSparseDepth.
 	SparseDepth int
 	// RetryAfter is what a refusal asks the client to wait; 0 is
@@ -268,11 +261,10 @@ type flow struct {
 	queue      []*waiter
 	vt         float64 // virtual finish time of its last dispatched work, seat-seconds
 	estimate   float64 // EWMA of its service time, seconds
-	load       float64 // its units in flight or queued, averaged over loadWindow (a metric)
+	load       float64 // its units in flight or queued, averaged over loadWindow
 	loadAt     time.Time
-	lowAt      time.Time // when it last had fewer than SparseDepth units in flight or queued
 	measured   bool // estimate is measured, not assumed
-	loaded     bool // it had a standing queue when it was last classified
+	loaded     bool // load was SparseDepth or more when it was last classified
 	known      bool // it was measured once: it may not take the probe seat
 	lastSeen   time.Time
 	activeTill time.Time
@@ -286,13 +278,9 @@ type flow struct {
 func (f *flow) idle() bool { return f.inflight == 0 && len(f.queue) == 0 }
 
 // settle brings f.load up to now: the count of its units in flight or
-// queued since the last settle, weighed in with time constant loadWindow;
-// and f.lowAt, if that count is below depth. It is called before that count
-// changes, and before f's arriving work is classified. c.mu is held.
-func (f *flow) settle(now time.Time, depth int) {
-	if f.inflight+len(f.queue) < depth {
-		f.lowAt = now
-	}
+// queued since the last settle, weighed in with time constant loadWindow.
+// It is called before that count changes. c.mu is held.
+func (f *flow) settle(now time.Time) {
 	dt := now.Sub(f.loadAt)
 	if dt <= 0 {
 		return
@@ -330,8 +318,7 @@ const (
 )
 
 // classify says what a unit of f arriving now is: backlogged when f is not
-// measured, is marked, or has kept SparseDepth units outstanding throughout
-// loadWindow;
+// measured, is marked, or has averaged SparseDepth units outstanding;
 // otherwise sparse when f has fewer than SparseDepth units in flight or
 // queued, deep when it has more. Background work is all sparse (its level
 // has no classes). c.mu is held and f is settled.
@@ -339,7 +326,7 @@ func (c *Controller) classify(f *flow, now time.Time) class {
 	if f.lvl.lvl == Background {
 		return sparseWork
 	}
-	loaded := f.inflight+len(f.queue) >= c.cfg.SparseDepth && now.Sub(f.lowAt) >= loadWindow
+	loaded := f.load >= float64(c.cfg.SparseDepth)
 	if loaded && !f.loaded {
 		c.logBacklogged(f, "load", now)
 	}
@@ -528,7 +515,7 @@ func (c *Controller) lookup(l *level, name string, now time.Time) *flow {
 		}
 		est *= unmeasuredFactor
 		if f == nil {
-			f = &flow{name: name, lvl: l, vt: l.vnow, loadAt: now, lowAt: now, fm: c.m.flow(name, l.lvl)}
+			f = &flow{name: name, lvl: l, vt: l.vnow, loadAt: now, fm: c.m.flow(name, l.lvl)}
 			l.flows[name] = f
 		}
 		f.estimate, f.measured = est, false
@@ -536,7 +523,7 @@ func (c *Controller) lookup(l *level, name string, now time.Time) *flow {
 	if l.lvl == Interactive && !now.Before(f.activeTill) && f.idle() {
 		c.active++ // sweep recounts; until then an arrival counts once
 	}
-	f.settle(now, c.cfg.SparseDepth)
+	f.settle(now)
 	f.lastSeen = now
 	f.activeTill = now.Add(c.cfg.ActiveWindow)
 	return f
@@ -764,7 +751,7 @@ func (c *Controller) expire(w *waiter) {
 // unqueue takes a queued w out of its queue. c.mu is held.
 func (c *Controller) unqueue(w *waiter, now time.Time) {
 	f := w.f
-	f.settle(now, c.cfg.SparseDepth)
+	f.settle(now)
 	f.fm.queue.Dec()
 	f.queue = remove(f.queue, w)
 	f.lvl.queued--
@@ -860,7 +847,7 @@ func (s *seat) releaseLocked() (time.Duration, bool) {
 	} else {
 		f.estimate, f.measured, f.known = service, true, true
 	}
-	f.settle(now, c.cfg.SparseDepth)
+	f.settle(now)
 	f.inflight--
 	if s.backlogged {
 		l.backlogged--

@@ -968,56 +968,11 @@ func TestARealmKeepingItsQueueDeepIsBacklogged(t *testing.T) {
 	require.Equal(t, 0, c.InUse(Interactive))
 }
 
-// A realm whose reads the machine has made slow has two or more outstanding
-// on average, but its spread-out arrivals let the count fall below two
-// between them: no standing queue, so its deeper work is not backlogged. A
-// count kept at two or more throughout loadWindow is one.
-func TestASlowRealmWithoutAStandingQueueIsNotBacklogged(t *testing.T) {
-	t.Parallel()
-	var buf bytes.Buffer
-	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.WaitBound, cfg.Log = 8, time.Hour, log })
-	measure(t, c, "victim", "storm") // two realms active
-	for range 10 {
-		var held []func()
-		for range 3 {
-			held = append(held, now(t, c, "victim"))
-		}
-		k.advance(45 * time.Millisecond)
-		for _, r := range held {
-			r() // down to none for a moment
-		}
-		k.advance(5 * time.Millisecond)
-	}
-	require.Greater(t, c.load("victim"), 2.0, "its average says backlogged")
-	a, b := now(t, c, "victim"), now(t, c, "victim")
-	k.advance(loadWindow / 2)
-	require.Equal(t, deepWork, c.classOf("victim"), "two outstanding, but not throughout loadWindow")
-	require.NotContains(t, buf.String(), `"reason":"load"`, buf.String())
-
-	k.advance(loadWindow / 2)
-	require.Equal(t, backloggedWork, c.classOf("victim"), "two outstanding throughout loadWindow")
-	require.Contains(t, buf.String(), `"realm":"victim","reason":"load"`)
-	a()
-	require.Equal(t, sparseWork, c.classOf("victim"), "below two again")
-	b()
-}
-
-// classOf is the class a unit of flow arriving now would be.
-func (c *Controller) classOf(flow string) class {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f := c.levels[Interactive].flows[flow]
-	now := c.cfg.Clock.Now()
-	f.settle(now, c.cfg.SparseDepth)
-	return c.classify(f, now)
-}
-
 func (c *Controller) load(flow string) float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f := c.levels[Interactive].flows[flow]
-	f.settle(c.cfg.Clock.Now(), c.cfg.SparseDepth)
+	f.settle(c.cfg.Clock.Now())
 	return f.load
 }
 

@@ -41,7 +41,7 @@ func newMetrics(c *Controller, reg prometheus.Registerer) *metrics {
 		}, labels),
 		load: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "appdor_fairness_outstanding",
-			Help: "Work in flight or queued, averaged over the last quarter second, by realm and level. An interactive realm that keeps the sparse depth (2) or more in flight or queued throughout a quarter second is backlogged.",
+			Help: "Work in flight or queued, averaged over the last quarter second, by realm and level; an interactive realm at the sparse depth (2) or more is backlogged.",
 		}, labels),
 		dispatched: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appdor_fairness_dispatched_total",
