@@ -31,30 +31,6 @@ import (
 // planner scans the table and sorts.
 const bareSQL = `SELECT json_agg(cells) FROM (SELECT cells FROM rows WHERE realm_id = $1 AND table_id = $2 ORDER BY id LIMIT $3) t`
 
-// bareHandler is the benchmark's reference, the physical limit of the read
-// path: net/http and a pgx pool running bareSQL and writing its bytes out as
-// they come, with no authentication, no RLS transaction, no middleware and
-// no decoding in Go. The gap between it and Appdor is Appdor's whole
-// overhead. It lives here, never in the product.
-func bareHandler(pool *pgxpool.Pool, realm, table uuid.UUID) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
-		if err != nil {
-			limit = grid.DefaultLimit
-		}
-		rows, err := pool.Query(r.Context(), bareSQL, realm, table, limit)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		defer rows.Close()
-		w.Header().Set("Content-Type", "application/json")
-		for rows.Next() {
-			_, _ = w.Write(rows.RawValues()[0])
-		}
-	})
-}
-
 // bareRowsSQL is the second reference: the same page as rows, one jsonb
 // value each, which the handler joins into a JSON array as they come. On
 // PostgreSQL 15 aggregating the page into one value costs the database more
@@ -63,25 +39,36 @@ func bareHandler(pool *pgxpool.Pool, realm, table uuid.UUID) http.Handler {
 // two, and the one Appdor's figures are held against as well.
 const bareRowsSQL = `SELECT cells FROM rows WHERE realm_id = $1 AND table_id = $2 ORDER BY id LIMIT $3`
 
-// bareRowsHandler serves bareRowsSQL with nothing around it, like
-// bareHandler: the rows' bytes as PostgreSQL sends them (jsonb's binary form
-// is its text after a version byte), no decoding in Go.
-func bareRowsHandler(pool *pgxpool.Pool, realm, table uuid.UUID) http.Handler {
+// bareHandler is a reference, the physical limit of the read path: net/http
+// and a pgx pool running sql (bareSQL or bareRowsSQL) and writing its bytes
+// out as they come, with no authentication, no RLS transaction, no
+// middleware and no decoding in Go. The gap between it and Appdor is
+// Appdor's whole overhead. With rows, sql returns the page's rows, whose
+// cells it joins into an array (jsonb's binary form is its text after a
+// version byte); without, the page as one JSON value. It lives here, never
+// in the product.
+func bareHandler(pool *pgxpool.Pool, realm, table uuid.UUID, sql string, rows bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
 		if err != nil {
 			limit = grid.DefaultLimit
 		}
-		rows, err := pool.Query(r.Context(), bareRowsSQL, realm, table, limit)
+		res, err := pool.Query(r.Context(), sql, realm, table, limit)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		defer rows.Close()
+		defer res.Close()
 		w.Header().Set("Content-Type", "application/json")
+		if !rows {
+			for res.Next() {
+				_, _ = w.Write(res.RawValues()[0])
+			}
+			return
+		}
 		sep := []byte{'['}
-		for rows.Next() {
-			v := rows.RawValues()[0]
+		for res.Next() {
+			v := res.RawValues()[0]
 			if len(v) > 0 && v[0] == 1 {
 				v = v[1:]
 			}
@@ -229,9 +216,9 @@ func BenchmarkRead100(b *testing.B) {
 	pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(b, err)
 	b.Cleanup(pool.Close)
-	bare := httptest.NewServer(bareHandler(pool, tn.RealmID, uuid.MustParse(tableID)))
+	bare := httptest.NewServer(bareHandler(pool, tn.RealmID, uuid.MustParse(tableID), bareSQL, false))
 	b.Cleanup(bare.Close)
-	bareRows := httptest.NewServer(bareRowsHandler(pool, tn.RealmID, uuid.MustParse(tableID)))
+	bareRows := httptest.NewServer(bareHandler(pool, tn.RealmID, uuid.MustParse(tableID), bareRowsSQL, true))
 	b.Cleanup(bareRows.Close)
 	// The references serve the page they claim to: 100 rows' cells.
 	for _, u := range []string{bare.URL, bareRows.URL} {
@@ -244,7 +231,7 @@ func BenchmarkRead100(b *testing.B) {
 		require.Len(b, page[0], 8)
 	}
 	wideID := benchWideTable(b, app, tn.Token)
-	bareWide := httptest.NewServer(bareHandler(pool, tn.RealmID, uuid.MustParse(wideID)))
+	bareWide := httptest.NewServer(bareHandler(pool, tn.RealmID, uuid.MustParse(wideID), bareSQL, false))
 	b.Cleanup(bareWide.Close)
 
 	// The same stack with the fairness controller off: one realm with 16

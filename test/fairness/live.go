@@ -131,26 +131,21 @@ func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, h
 	// and the others'. That is a phase of its own: the baseline is before it.
 	out.rec.begin("open")
 	var tracked []*liveStream
-	open := func(t *tenant, n int, track bool) {
-		for range n {
-			s, code, err := openLive(sctx, client, base, t, track, &ended)
-			switch {
-			case err != nil:
-				fmt.Println("live: opening a stream:", err)
-				out.Refused++
-			case code != 200:
-				out.Refused++
-			default:
-				out.Streams++
-				if track {
-					tracked = append(tracked, s)
-				}
-			}
+	// The delay is measured on LiveTracked of the writer's streams, here; the
+	// others are held and drained by the holder (holder.go).
+	for range p.LiveTracked {
+		s, code, err := openLive(sctx, client, base, writer, true, &ended)
+		switch {
+		case err != nil:
+			fmt.Println("live: opening a stream:", err)
+			out.Refused++
+		case code != 200:
+			out.Refused++
+		default:
+			out.Streams++
+			tracked = append(tracked, s)
 		}
 	}
-	// The delay is measured on LiveTracked of the writer's streams; the others
-	// are held and drained.
-	open(writer, p.LiveTracked, true)
 	sets := []holdSet{{writer.Token, writer.TableID, p.LiveWriterStreams - p.LiveTracked}}
 	for _, h := range holders {
 		sets = append(sets, holdSet{h.Token, h.TableID, p.LiveStreamsEach})
