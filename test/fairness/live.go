@@ -123,6 +123,10 @@ func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, h
 
 	before, _ := scrapeAll(ctx, base)
 	stop := victimFor(ctx, p, out.rec, base, victim)
+	// A warm-up, as in the other arms: the victim's first second holds its
+	// connections' setup, which alone could double its baseline p99.
+	out.rec.begin("warmup")
+	sleepCtx(ctx, p.Warmup/5)
 	out.rec.begin("baseline")
 	sleepCtx(ctx, p.Baseline)
 	progress("live", "baseline", out.rec, "victim")
