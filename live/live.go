@@ -12,9 +12,7 @@
 //     connection. It coalesces what arrives into one message per
 //     Config.Coalesce (at most ten a second), turns more than BulkRows rows
 //     into a resync, and is dropped if a write to it blocks for WriteTimeout:
-//     nothing buffers without bound. A message is handed to its table's
-//     streams one write slot (Config.Writers) at a time, so it never wakes
-//     more of them at once than can write. A reconnecting client's Last-Event-ID is
+//     nothing buffers without bound. A reconnecting client's Last-Event-ID is
 //     replayed from the replica's recent events, or answered by a resync.
 //   - Caps: open streams per replica, per realm and per user (or token);
 //     beyond one, 429 concurrency_limited (reason live_streams), with a metric
@@ -134,24 +132,21 @@ type Hub struct {
 	replica string
 	seq     atomic.Uint64
 
-	queue       chan Event
-	mu          sync.Mutex
-	overflow    map[[2]uuid.UUID]bool // tables whose events the full queue dropped: a resync is owed
-	topics      map[topicKey]*topic
-	byRealm     map[uuid.UUID]int
-	byUser      map[uuid.UUID]int
-	total       int
-	recent      []received      // a ring of the last recentEvents events
-	next        int             // where the ring writes next
-	closed      chan struct{}   // closed by EndStreams: every stream ends, and no new one opens
-	slots       chan *writeSlot // Config.Writers turns to write to a stream
-	hold        time.Duration   // the longest a write keeps its slot: slotHold
-	fanouts     []fanout        // messages dispatch has yet to hand to their streams
-	kick        chan struct{}   // a message was queued
-	dispatching sync.Once       // starts dispatch
-	end         sync.Once
-	stop        context.CancelFunc
-	wg          sync.WaitGroup
+	queue    chan Event
+	mu       sync.Mutex
+	overflow map[[2]uuid.UUID]bool // tables whose events the full queue dropped: a resync is owed
+	topics   map[topicKey]*topic
+	byRealm  map[uuid.UUID]int
+	byUser   map[uuid.UUID]int
+	total    int
+	recent   []received      // a ring of the last recentEvents events
+	next     int             // where the ring writes next
+	closed   chan struct{}   // closed by EndStreams: every stream ends, and no new one opens
+	slots    chan *writeSlot // Config.Writers turns to write to a stream
+	hold     time.Duration   // the longest a write keeps its slot: slotHold
+	end      sync.Once
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // New returns a Hub on client; Start runs it.
@@ -162,7 +157,7 @@ func New(client rueidis.Client, cfg Config, reg prometheus.Registerer) *Hub {
 		cfg: cfg.sized(), redis: client, replica: hex.EncodeToString(b[:]),
 		queue: make(chan Event, publishQueue), overflow: map[[2]uuid.UUID]bool{},
 		topics: map[topicKey]*topic{}, byRealm: map[uuid.UUID]int{}, byUser: map[uuid.UUID]int{},
-		closed: make(chan struct{}), kick: make(chan struct{}, 1),
+		closed: make(chan struct{}),
 	}
 	h.slots, h.hold = make(chan *writeSlot, h.cfg.Writers), slotHold
 	for range h.cfg.Writers {

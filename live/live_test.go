@@ -139,8 +139,7 @@ func TestCapsAndDelivery(t *testing.T) {
 	require.Equal(t, limitReplica, h.open(newStream(r2, uuid.New(), uuid.New())))
 
 	h.deliver(Event{ID: "x", Realm: r1, Table: table, Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
-	fa := taken(h, <-a.out)
-	fb := taken(h, <-b.out)
+	fa, fb := <-a.out, <-b.out
 	require.Equal(t, "x", fa.id)
 	require.Same(t, &fa.b[0], &fb.b[0], "one encoding for every stream of the table")
 	require.Empty(t, c.out, "an event reaches its realm's streams only")
@@ -186,7 +185,7 @@ func TestDeliverConcurrently(t *testing.T) {
 	for got < writers*each {
 		select {
 		case f := <-s.out:
-			c, _, _ := rowsOf(t, taken(h, f))
+			c, _, _ := rowsOf(t, f)
 			got += len(c)
 		case <-deadline:
 			t.Fatalf("%d of %d rows told", got, writers*each)
@@ -194,14 +193,6 @@ func TestDeliverConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 	require.False(t, s.lagging.Load())
-}
-
-// taken gives back the write slot f came with, as a stream's write does.
-func taken(h *Hub, f frame) frame {
-	if f.slot != nil {
-		h.slots <- f.slot
-	}
-	return f
 }
 
 // Stream writes run at most Writers at once: a message that wakes every
@@ -292,62 +283,4 @@ func TestStreamWritesTakeTurns(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	require.ErrorIs(t, ending.write(ctx, func() error { t.Error("ran without a slot"); return nil }), context.Canceled)
-}
-
-// A message goes to its table's streams one write slot at a time: a stream
-// is handed its frame with a slot, and the next stream waits for that slot
-// to come back. A stream that leaves gives back the slot of a frame it will
-// not write.
-func TestAMessageWakesStreamsOneSlotAtATime(t *testing.T) {
-	h := New(nil, Config{Writers: 1}, nil)
-	defer h.EndStreams()
-	realm, table := uuid.New(), uuid.New()
-	streams := make([]*stream, 3)
-	for i := range streams {
-		streams[i] = newStream(realm, table, uuid.New())
-		require.Empty(t, h.open(streams[i]))
-	}
-	h.mu.Lock()
-	tp := h.topics[topicKey{realm, table}]
-	tp.batch.add(Event{ID: "1", Kind: grid.EventRowCreated, Rows: []uuid.UUID{uuid.New()}})
-	h.flush(tp)
-	h.mu.Unlock()
-
-	// next waits for one stream to hold the message, and checks that no
-	// other stream is handed it while its slot is out.
-	waiting := slices.Clone(streams)
-	next := func() *stream {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			for i, s := range waiting {
-				if len(s.out) > 0 {
-					time.Sleep(20 * time.Millisecond)
-					for _, o := range waiting {
-						if o != s {
-							require.Empty(t, o.out, "a second stream was handed the message with one slot")
-						}
-					}
-					waiting = slices.Delete(waiting, i, i+1)
-					return s
-				}
-			}
-			time.Sleep(time.Millisecond)
-		}
-		t.Fatal("no stream was handed the message")
-		return nil
-	}
-
-	first := next()
-	f := <-first.out
-	require.NotNil(t, f.slot)
-	require.NoError(t, h.writeIn(f.slot, func() error { return nil }))
-
-	second := next()
-	second.leave(h) // its goroutine ended before it wrote
-
-	third := next()
-	f = <-third.out
-	require.NoError(t, h.writeIn(f.slot, func() error { return nil }))
-	require.Eventually(t, func() bool { return len(h.slots) == 1 }, 10*time.Second, time.Millisecond, "every slot came back")
 }

@@ -99,7 +99,6 @@ type frame struct {
 	b       []byte // the whole server-sent event
 	oldest  int64
 	pending int
-	slot    *writeSlot // the write slot the dispatcher handed over with it, if any
 }
 
 // take returns the message waiting, if any, and empties the batch.
@@ -171,8 +170,6 @@ type stream struct {
 	realm, table, user uuid.UUID
 	out                chan frame
 	lagging            atomic.Bool // a message did not fit in out: the next one is a resync
-	mu                 sync.Mutex
-	gone               bool // its goroutine has stopped reading out
 }
 
 func newStream(realm, table, user uuid.UUID) *stream {
@@ -186,41 +183,6 @@ func (s *stream) send(f frame) {
 	case s.out <- f:
 	default:
 		s.lagging.Store(true)
-	}
-}
-
-// give hands f, which holds a write slot, to the stream without waiting,
-// and reports whether the stream took it (and the slot with it).
-func (s *stream) give(f frame) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.gone {
-		return false
-	}
-	select {
-	case s.out <- f:
-		return true
-	default:
-		s.lagging.Store(true)
-		return false
-	}
-}
-
-// leave stops the stream taking frames, and gives back the slots of those
-// it will not write.
-func (s *stream) leave(h *Hub) {
-	s.mu.Lock()
-	s.gone = true
-	s.mu.Unlock()
-	for {
-		select {
-		case f := <-s.out:
-			if f.slot != nil {
-				h.slots <- f.slot
-			}
-		default:
-			return
-		}
 	}
 }
 
@@ -243,7 +205,7 @@ func (h *Hub) schedule(t *topic) {
 	})
 }
 
-// flush queues t's batch for each of its streams. h.mu is held.
+// flush sends t's batch to each of its streams. h.mu is held.
 func (h *Hub) flush(t *topic) {
 	f, ok := t.batch.take()
 	if !ok {
@@ -251,57 +213,8 @@ func (h *Hub) flush(t *topic) {
 	}
 	t.last = time.Now()
 	h.m.coalesced.Add(float64(f.pending - 1))
-	to := make([]*stream, 0, len(t.streams))
 	for s := range t.streams {
-		to = append(to, s)
-	}
-	h.fanouts = append(h.fanouts, fanout{f, to})
-	h.dispatching.Do(func() { go h.dispatch() })
-	select {
-	case h.kick <- struct{}{}:
-	default:
-	}
-}
-
-// fanout is one table's message on its way to the table's streams.
-type fanout struct {
-	f  frame
-	to []*stream
-}
-
-// dispatch hands each queued message to its streams one write slot at a
-// time: a stream is woken only with a slot to write in. Woken all at once,
-// a realm's 500 streams filled the run queue ten times a second, and the
-// goroutines of other realms' requests waited behind them.
-func (h *Hub) dispatch() {
-	for {
-		select {
-		case <-h.kick:
-		case <-h.closed:
-			return
-		}
-		for {
-			h.mu.Lock()
-			if len(h.fanouts) == 0 {
-				h.mu.Unlock()
-				break
-			}
-			fo := h.fanouts[0]
-			h.fanouts[0] = fanout{}
-			h.fanouts = h.fanouts[1:]
-			h.mu.Unlock()
-			for _, s := range fo.to {
-				f := fo.f
-				select {
-				case f.slot = <-h.slots:
-				case <-h.closed:
-					return
-				}
-				if !s.give(f) {
-					h.slots <- f.slot
-				}
-			}
-		}
+		s.send(f)
 	}
 }
 
@@ -409,7 +322,6 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 			Details: map[string]string{"reason": "live_streams", "limit": limit}}
 	}
 	defer h.shut(s)
-	defer s.leave(h)
 	// The check is done: the stream holds no seat while it waits.
 	ctx := c.Request().Context()
 	fairness.Yield(ctx)
@@ -441,14 +353,15 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 	hdr.Set(echo.HeaderCacheControl, "no-cache")
 	hdr.Set("X-Accel-Buffering", "no") // a proxy in front must not buffer it
 	res.WriteHeader(http.StatusOK)
-	writeRaw := func(b []byte) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
-		if _, err := res.Write(b); err != nil {
-			return err
-		}
-		return rc.Flush()
+	write := func(b []byte) error {
+		return h.write(ctx, func() error {
+			_ = rc.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout))
+			if _, err := res.Write(b); err != nil {
+				return err
+			}
+			return rc.Flush()
+		})
 	}
-	write := func(b []byte) error { return h.write(ctx, func() error { return writeRaw(b) }) }
 	hello, _ := json.Marshal(map[string]any{"table": table})
 	if err := write(append(append([]byte("retry: 2000\nevent: hello\ndata: "), hello...), "\n\n"...)); err != nil {
 		return nil
@@ -474,29 +387,15 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 		case f := <-s.out:
 			if s.lagging.Swap(false) {
 				// Messages were dropped: what is left is partial. A resync
-				// instead, which stands for all of them, written in one of
-				// their slots.
-				slot := f.slot
+				// instead, which stands for all of them.
 				for len(s.out) > 0 {
 					f = <-s.out
-					if f.slot != nil {
-						if slot != nil {
-							h.slots <- slot
-						}
-						slot = f.slot
-					}
 				}
 				h.m.lagged.Inc()
 				data, _ := json.Marshal(map[string]any{"table": table, "reason": "lag"})
-				f = frame{event: "resync", id: f.id, b: encodeFrame(f.id, "resync", data), oldest: f.oldest, slot: slot}
+				f = frame{event: "resync", id: f.id, b: encodeFrame(f.id, "resync", data), oldest: f.oldest}
 			}
-			var err error
-			if f.slot != nil {
-				err = h.writeIn(f.slot, func() error { return writeRaw(f.b) })
-			} else {
-				err = write(f.b)
-			}
-			if err != nil {
+			if err := write(f.b); err != nil {
 				return h.dropped(err)
 			}
 			if f.event == "rows" {
@@ -515,13 +414,13 @@ func (h *Hub) serve(c echo.Context, check func(echo.Context, uuid.UUID) error) e
 const slotHold = 5 * time.Millisecond
 
 // writeRest is how many times as long as its writes ran a slot rests, once
-// a millisecond of rest is owed. A message of a table goes to every stream
-// of it (500 for a realm at its cap, ten times a second in the harness's
-// live arm); written back to back they took the cores in bursts, and a
-// reader of another realm measured x3.4-4.7 its baseline p99, one slot or
-// 1,000. Resting twice as long as they ran (a third of a core for stream
-// writes at most, per slot), x2.2 and x2.3; four times, x2.4. The 500
-// streams get their message over about 45 ms instead of 15.
+// a millisecond of rest is owed. A message of a table wakes every stream of
+// it at once (500 for a realm at its cap, ten times a second in the
+// harness's live arm); written back to back they took the cores in bursts,
+// and a reader of another realm measured x3.4-4.7 its baseline p99, one
+// slot or 1,000. Resting twice as long as they ran (a third of a core for
+// stream writes at most, per slot), x2.2 and x2.3; four times, x2.4. The
+// 500 streams get their message over about 45 ms instead of 15.
 const writeRest = 2
 
 // writeSlot is one of Writers turns to write to a stream, with the rest it
@@ -538,11 +437,6 @@ func (h *Hub) write(ctx context.Context, w func() error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return h.writeIn(s, w)
-}
-
-// writeIn runs w in slot s, which it gives back.
-func (h *Hub) writeIn(s *writeSlot, w func() error) error {
 	release := sync.OnceFunc(func() { h.slots <- s })
 	held := time.AfterFunc(h.hold, release)
 	start := time.Now()
