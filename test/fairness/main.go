@@ -418,6 +418,10 @@ func run(ctx context.Context) (int, error) {
 	victimErrors := st.baseline.Errors + st.storm.Errors + st.recovery.Errors
 	add("victim p99 storm/baseline", stormRatio, bound.String(), stormRatio <= bound.Value)
 	add("victim errors", float64(victimErrors), "== 0", victimErrors == 0)
+	// Not a gate yet: the victim arrives with the storm realm's warm-up,
+	// both realms new to the controller, and is refused in some runs; the
+	// figure is kept in sight until it is mended.
+	info("victim errors in warm-up, both realms new", float64(st.warmup.Errors), "(reported, not gated)")
 	add("victim recovery p99/baseline", recoveryRatio, fmt.Sprintf("<= %.1f", recoveryBound), recoveryRatio <= recoveryBound)
 	add("victim samples in baseline", float64(st.baseline.N), ">= 1000", st.baseline.N >= 1000)
 	add("victim samples in storm", float64(st.storm.N), ">= 1000", st.storm.N >= 1000)
@@ -541,7 +545,7 @@ func run(ctx context.Context) (int, error) {
 			"baseline_p99_ms": st.baseline.P99, "storm_p99_ms": st.storm.P99, "recovery_p99_ms": st.recovery.P99,
 			"ratio": stormRatio, "bound": bound.Value, "bound_applied": bound.Applied,
 			"recovery_ratio": recoveryRatio, "errors": victimErrors,
-			"baseline": st.baseline, "storm": st.storm, "recovery": st.recovery,
+			"warmup": st.warmup, "baseline": st.baseline, "storm": st.storm, "recovery": st.recovery,
 		},
 		"storm": map[string]any{
 			"requests": st.stormArm.Requests, "ok": st.stormArm.OK, "refused": st.stormArm.Refused,

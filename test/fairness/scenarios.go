@@ -160,6 +160,7 @@ func rowsURL(base string, t *tenant, limit int) string {
 // stormOutcome is what one run of the storm scenario measured.
 type stormOutcome struct {
 	rec                       *recorder
+	warmup                    stats // the victim's, beside the storm realm's four warm-up workers, both realms new
 	baseline, storm, recovery stats
 	stormArm                  closedStats
 	metricsBefore, after      fairnessCounts
@@ -210,6 +211,7 @@ func runStorm(ctx context.Context, p plan, sp stormSpec, base, name string, vict
 		progress(name, "recovery", rec, "victim")
 	}
 
+	out.warmup = summarize(rec.sel("victim", "warmup"))
 	out.baseline = summarize(rec.sel("victim", "baseline"))
 	out.storm = summarize(rec.sel("victim", "storm"))
 	out.recovery = summarize(rec.sel("victim", "recovery"))
