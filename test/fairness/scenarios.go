@@ -160,7 +160,7 @@ func rowsURL(base string, t *tenant, limit int) string {
 // stormOutcome is what one run of the storm scenario measured.
 type stormOutcome struct {
 	rec                       *recorder
-	warmup                    stats // the victim's, beside the storm realm's four warm-up workers, both realms new
+	warmup                    stats // the victim's, starting beside the storm realm's four warm-up workers
 	baseline, storm, recovery stats
 	stormArm                  closedStats
 	metricsBefore, after      fairnessCounts
