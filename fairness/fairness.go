@@ -19,7 +19,12 @@
 //     class than its flow's units queued ahead of it.
 //   - While several flows are active, backlogged units together hold
 //     BackloggedSeats (half the cores), and one flow never measured may take
-//     a probe seat besides; a flow alone holds every seat.
+//     a probe seat besides; deep work of a flow holding SparseDepth seats
+//     leaves the last free seat to others while one of them is active and
+//     not backlogged; a flow alone holds every seat.
+//     (Without that reserve, a storm's first four reads took every seat as
+//     a light realm started beside it, and the light realm's first units
+//     expired behind them: 7, 35, 38, 2 and 0 refusals in five runs.)
 //   - Waits are bounded: QueueLength units a flow, WaitBound each, expiring
 //     only while another flow is active; a refusal is 429
 //     concurrency_limited with Retry-After.
@@ -411,7 +416,7 @@ func (c *Controller) acquire(ctx context.Context, flowName string, lvl Level) (*
 	f := c.lookup(l, flowName, now)
 	cls := c.classify(f, now)
 	// At once, when nobody waits and the unit may take a free seat.
-	if l.queued == 0 && f.ready(now) && c.may(l, cls, !f.known) {
+	if l.queued == 0 && f.ready(now) && c.may(l, f, cls, now) {
 		s := c.start(l, f, now, cls)
 		f.fm.waited.Observe(0)
 		c.mu.Unlock()
@@ -559,15 +564,34 @@ func (c *Controller) sweep(now time.Time) {
 	}
 }
 
-// may says whether a unit of class cls may take a free seat of l now:
-// backlogged units together BackloggedSeats while several flows are
-// active, and one more as the probe of a flow never measured (unknown); any
-// other. c.mu is held.
-func (c *Controller) may(l *level, cls class, unknown bool) bool {
-	if l.inUse >= l.seats {
+// may says whether a unit of f, of class cls, may take a free seat of l now.
+// While several flows are active, backlogged units together hold
+// BackloggedSeats, and one more as the probe of a flow never measured; and
+// deep work of a flow already holding SparseDepth seats leaves the last free
+// seat to the sparse work of others, while another flow is active and not
+// backlogged. c.mu is held.
+func (c *Controller) may(l *level, f *flow, cls class, now time.Time) bool {
+	switch {
+	case l.inUse >= l.seats:
 		return false
+	case cls == sparseWork || c.active <= 1:
+		return true
+	case cls == deepWork:
+		return l.inUse < l.seats-1 || f.inflight < c.cfg.SparseDepth || !c.othersSparse(l, f, now)
 	}
-	return cls != backloggedWork || c.active <= 1 || l.backlogged < c.cfg.BackloggedSeats || unknown && l.probing == 0
+	return l.backlogged < c.cfg.BackloggedSeats || !f.known && l.probing == 0
+}
+
+// othersSparse says whether a flow of l other than f is active now and not
+// backlogged: measured, not marked, and its load last seen below
+// SparseDepth. c.mu is held.
+func (c *Controller) othersSparse(l *level, f *flow, now time.Time) bool {
+	for _, g := range l.flows {
+		if g != f && (!g.idle() || now.Before(g.activeTill)) && g.measured && !g.loaded && !c.marked(g, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // start gives a unit of f a seat at l. c.mu is held.
@@ -648,12 +672,11 @@ func (c *Controller) Rest(ctx context.Context, flowName string) error {
 }
 
 // dispatch fills l's free seats: the sparse unit of the flow with the lowest
-// virtual time first, then the deep one, then the backlogged one that may
-// take a seat. c.mu is held.
+// virtual time first, then the deep one, then the backlogged one, each if it
+// may take a seat. c.mu is held.
 func (c *Controller) dispatch(l *level, now time.Time) {
 	for l.queued > 0 && l.inUse < l.seats {
 		var sparse, deep, backed *waiter
-		mayBacked, mayProbe := c.may(l, backloggedWork, false), c.may(l, backloggedWork, true)
 		for _, f := range l.flows {
 			if len(f.queue) == 0 || !f.ready(now) {
 				continue
@@ -662,10 +685,10 @@ func (c *Controller) dispatch(l *level, now time.Time) {
 			if s != nil && (sparse == nil || f.finish(l) < sparse.f.finish(l)) {
 				sparse = s
 			}
-			if d != nil && (deep == nil || f.finish(l) < deep.f.finish(l)) {
+			if d != nil && c.may(l, f, deepWork, now) && (deep == nil || f.finish(l) < deep.f.finish(l)) {
 				deep = d
 			}
-			if b != nil && (mayBacked || mayProbe && !f.known) && (backed == nil || before(f, backed.f, l)) {
+			if b != nil && c.may(l, f, backloggedWork, now) && (backed == nil || before(f, backed.f, l)) {
 				backed = b
 			}
 		}

@@ -426,10 +426,11 @@ func TestHeavyWorkFallsBehindLightWork(t *testing.T) {
 func TestBackloggedRealmsTogetherHoldTheirSeats(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats = 4, 1 })
-	measure(t, c, "victim", "b", "filler")
+	fillers := []string{"f0", "f1", "f2", "f3"}
+	measure(t, c, append(fillers, "victim", "b")...)
 	var fill []func()
-	for range 4 {
-		fill = append(fill, now(t, c, "filler")) // sparse: every seat
+	for _, f := range fillers {
+		fill = append(fill, now(t, c, f)) // sparse: every seat
 	}
 	stormed(t, c, k, []string{"storm"}, 0, nil)
 	for _, r := range fill {
@@ -714,15 +715,16 @@ func TestBackloggedIsLoggedOncePerEpisode(t *testing.T) {
 
 // A light realm whose requests pile up behind a slow moment is never held
 // with the storms: its units beyond SparseDepth outstanding are deep work,
-// which takes any free seat, and a refusal of its sparse work does not mark
-// it: its next request still goes before a backlogged storm's.
+// which takes any free seat (but the last while it holds SparseDepth), and
+// a refusal of its sparse work does not mark it: its next request still
+// goes before a backlogged storm's.
 func TestALightRealmsPileUpDoesNotMakeItAStorm(t *testing.T) {
 	t.Parallel()
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats = 4 })
 	measure(t, c, "victim", "other")
 	var hold []func()
 	for range 3 {
-		hold = append(hold, now(t, c, "victim")) // three in flight, all sparse
+		hold = append(hold, now(t, c, "victim")) // three in flight: sparse, sparse, deep
 	}
 	hold = append(hold, now(t, c, "other"))
 	out := make(chan grant, 8)
@@ -731,18 +733,25 @@ func TestALightRealmsPileUpDoesNotMakeItAStorm(t *testing.T) {
 	k.advance(c.cfg.WaitBound)
 	require.Equal(t, ReasonWaitExpired, reason(next(t, out).err))
 	require.False(t, c.isBacklogged("victim"), "a refused sparse unit marks nothing")
-	stormed(t, c, k, []string{"storm"}, 1, out)
+	stormed(t, c, k, []string{"storm"}, 0, nil)
+	hold[3]()
+	now(t, c, "storm")()     // measured now, and still marked
+	sb := now(t, c, "storm") // the backlogged seat
+	ask(c, "storm", Interactive, out)
+	awaitQueued(t, c, "storm", Interactive, 1)
 	ask(c, "victim", Interactive, out)
 	awaitQueued(t, c, "victim", Interactive, 1)
-	hold[3]()
-	g := next(t, out)
-	require.Equal(t, "victim", g.flow)
-	g.release()
 	hold[0]()
+	none(t, out) // the victim holds two: the last free seat is not for its deep unit
+	hold[1]()
+	g := next(t, out)
+	require.Equal(t, "victim", g.flow, "its deep unit goes; the storm is held to its backlogged seat")
+	g.release()
+	none(t, out)
+	sb()
 	g = next(t, out)
 	require.Equal(t, "storm", g.flow)
 	g.release()
-	hold[1]()
 	hold[2]()
 }
 
@@ -849,8 +858,9 @@ func TestARealmRunsOneBackgroundUnitAtATime(t *testing.T) {
 	quiet()
 }
 
-// Deep work of a realm not marked takes any free seat, after sparse work; a
-// marked realm's work is held to BackloggedSeats. A light realm slowed down
+// Deep work of a realm not marked takes a free seat, after sparse work (but
+// not the last while its realm holds SparseDepth seats); a marked realm's work
+// is held to BackloggedSeats. A light realm slowed down
 // beside sixteen storms piled up past SparseDepth; held with them, it was
 // refused and marked, and stayed so (1,186 refusals in a 6 s storm).
 func TestDeepWorkIsNotHeldWithTheStorms(t *testing.T) {
@@ -859,35 +869,93 @@ func TestDeepWorkIsNotHeldWithTheStorms(t *testing.T) {
 	measure(t, c, "victim", "storm", "other")
 	o := now(t, c, "other")
 	st := now(t, c, "storm")  // sparse
-	st2 := now(t, c, "storm") // deep: a free seat
-	x := now(t, c, "other")   // deep: the last free seat
+	st2 := now(t, c, "storm") // deep: a free seat, not the last
 	out := make(chan grant, 4)
-	ask(c, "storm", Interactive, out)
+	ask(c, "storm", Interactive, out) // deep, and only the last seat is free: it waits
 	awaitQueued(t, c, "storm", Interactive, 1)
 	_, err := c.Acquire(context.Background(), "storm", Interactive)
 	require.Equal(t, ReasonQueueFull, reason(err))
 	require.True(t, c.isBacklogged("storm"), "a full queue marks the storm")
-	x()
-	g := next(t, out) // it came as deep work, before the mark
-	require.Equal(t, "storm", g.flow)
+	v := now(t, c, "victim") // sparse: the last seat
+	st()
+	none(t, out) // the one free seat is the last
 	o()
+	g := next(t, out) // two free: it came as deep work, before the mark
+	require.Equal(t, "storm", g.flow)
 	st2()
 	b := now(t, c, "storm") // backlogged now: the one backlogged seat
 	ask(c, "storm", Interactive, out)
 	awaitQueued(t, c, "storm", Interactive, 1)
-	v := now(t, c, "victim") // sparse: the last seat
-	st()
-	none(t, out) // a seat is free, but not for the marked storm
+	g.release()
+	none(t, out) // two seats are free, but not for the marked storm
 	ask(c, "victim", Interactive, out)
 	g2 := next(t, out)
-	require.Equal(t, "victim", g2.flow, "the victim's deep unit takes the free seat")
+	require.Equal(t, "victim", g2.flow, "the victim's deep unit takes a free seat")
 	none(t, out)
 	for _, r := range []func(){g2.release, v, b} {
 		r()
 	}
 	next(t, out).release() // the storm's, once the backlogged seat is free
-	g.release()
 	require.Equal(t, 0, c.InUse(Interactive))
+}
+
+// While several flows are active, deep work of a flow holding SparseDepth
+// seats leaves the last free seat to others: a storm's first reads leave it
+// to a light realm starting beside them, whose first units would otherwise
+// wait behind them all.
+func TestAStormsFirstReadsLeaveASeatToARealmStartingBesideThem(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, nil)
+	measure(t, c, "victim", "storm")
+	var held []func()
+	for range 3 {
+		held = append(held, now(t, c, "storm")) // two sparse, one deep
+	}
+	out := make(chan grant, 4)
+	ask(c, "storm", Interactive, out) // deep: only the last seat is free
+	awaitQueued(t, c, "storm", Interactive, 1)
+	held = append(held, now(t, c, "victim")) // sparse: the last seat, at once
+	none(t, out)
+	held[0]()
+	none(t, out) // one seat is free: the last, and the storm holds two
+	held[1]()
+	g := next(t, out)
+	require.Equal(t, "storm", g.flow)
+	for _, r := range append(held[2:], g.release) {
+		r()
+	}
+	require.Equal(t, 0, c.InUse(Interactive))
+
+	// Beside a backlogged storm only, a light realm whose requests pile up
+	// takes the last seat: nobody sparse is kept waiting by it.
+	held = held[:0]
+	for range 3 {
+		held = append(held, now(t, c, "storm"))
+	}
+	k.advance(500 * time.Millisecond) // the storm's load passes SparseDepth
+	sb := now(t, c, "storm")          // backlogged by its load: the backlogged seat
+	for _, r := range held {
+		r()
+	}
+	held = []func(){sb}
+	for range 3 {
+		held = append(held, now(t, c, "victim")) // sparse, sparse, deep: the last seat
+	}
+	require.Equal(t, 4, c.InUse(Interactive))
+	for _, r := range held {
+		r()
+	}
+
+	// Alone, a flow takes every seat, deep work included.
+	alone := New(Config{Seats: 4, BackloggedSeats: 1, Clock: &clock{now: k.Now()}}, nil)
+	measure(t, alone, "storm")
+	held = held[:0]
+	for range 4 {
+		held = append(held, now(t, alone, "storm"))
+	}
+	for _, r := range held {
+		r()
+	}
 }
 
 // A realm back after ActiveWindow idle is not measured: its unit is
@@ -937,11 +1005,11 @@ func TestARealmKeepingItsQueueDeepIsBacklogged(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats, cfg.WaitBound, cfg.Log = 4, 1, time.Hour, log })
 	measure(t, c, "victim", "storm")
-	v := now(t, c, "victim") // one in flight all along
 	var held []func()
 	for range 3 {
 		held = append(held, now(t, c, "storm")) // sparse, sparse, deep: no one is backlogged yet
 	}
+	v := now(t, c, "victim") // one in flight all along
 	k.advance(500 * time.Millisecond)
 	require.InDelta(t, 3*(1-math.Exp(-2)), c.load("storm"), 0.01)
 	out := make(chan grant, 4)

@@ -115,12 +115,10 @@ func saturate(t testing.TB, ctl *fairness.Controller, realm string) {
 	}
 	hold(acquire("someone else"))
 	sparse, deep := acquire(realm), acquire(realm)
-	other := acquire("someone else") // every seat taken
-	queue()                          // the full queue marks the realm
-	other()                          // its queued unit takes the seat
-	deep()
+	queue()              // deep, it waits (the last free seat is not for a realm holding two); the full queue marks it
+	deep()               // its queued unit takes the seat
+	sparse()             // two seats free, the realm holding one
 	hold(acquire(realm)) // marked: the backlogged seat
-	sparse()             // a seat free, the realm holding two
 	queue()              // its next waits for the backlogged seat
 	t.Cleanup(func() {
 		cancel()
