@@ -282,6 +282,10 @@ type flow struct {
 
 func (f *flow) idle() bool { return f.inflight == 0 && len(f.queue) == 0 }
 
+// active says whether f has work in flight or queued, or had a request
+// within ActiveWindow.
+func (f *flow) active(now time.Time) bool { return !f.idle() || now.Before(f.activeTill) }
+
 // settle brings f.load up to now: the count of its units in flight or
 // queued since the last settle, weighed in with time constant loadWindow.
 // It is called before that count changes. c.mu is held.
@@ -587,7 +591,7 @@ func (c *Controller) may(l *level, f *flow, cls class, now time.Time) bool {
 // SparseDepth. c.mu is held.
 func (c *Controller) othersSparse(l *level, f *flow, now time.Time) bool {
 	for _, g := range l.flows {
-		if g != f && (!g.idle() || now.Before(g.activeTill)) && g.measured && !g.loaded && !c.marked(g, now) {
+		if g != f && g.active(now) && g.measured && !g.loaded && !c.marked(g, now) {
 			return true
 		}
 	}
@@ -913,7 +917,7 @@ func later(a, b time.Time) time.Time {
 // now. c.mu is held.
 func (c *Controller) othersActive(name string, now time.Time) bool {
 	for n, f := range c.levels[Interactive].flows {
-		if n != name && (!f.idle() || now.Before(f.activeTill)) {
+		if n != name && f.active(now) {
 			return true
 		}
 	}
