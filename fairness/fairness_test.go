@@ -1102,3 +1102,46 @@ func (c *Controller) estimate(flow string, lvl Level) float64 {
 	defer c.mu.Unlock()
 	return c.levels[lvl].flows[flow].estimate
 }
+
+// A realm's background units in flight count in its interactive load: two
+// interactive units beside its own background unit make it backlogged, as
+// three interactive units would, while two alone never do. Its background
+// unit counts from before the realm's first interactive request too.
+func TestARealmsBackgroundWorkCountsInItsLoad(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackgroundSeats, cfg.WaitBound, cfg.Log = 6, 2, time.Hour, log })
+	ctx := context.Background()
+	bg, err := c.Acquire(ctx, "storm", Background) // before the storm's first request
+	require.NoError(t, err)
+	measure(t, c, "victim", "storm", "light")
+	lightBg, err := c.Acquire(ctx, "light", Background)
+	require.NoError(t, err)
+	v := now(t, c, "victim") // another realm active all along
+	storm := []func(){now(t, c, "storm"), now(t, c, "storm")}
+	light := now(t, c, "light")
+	k.advance(500 * time.Millisecond)
+	require.InDelta(t, 3*(1-math.Exp(-2)), c.load("storm"), 0.01)
+	require.InDelta(t, 2*(1-math.Exp(-2)), c.load("light"), 0.01)
+	out := make(chan grant, 1)
+	ask(c, "storm", Interactive, out) // backlogged by its load: it takes the backlogged seat
+	next(t, out).release()
+	require.Equal(t, 1, strings.Count(buf.String(), `"reason":"load"`), buf.String())
+	require.Contains(t, buf.String(), `"realm":"storm","reason":"load"`)
+	require.NotContains(t, buf.String(), `"realm":"light"`) // one unit and one background: below the depth
+
+	// Its background unit and one read done, the storm falls below the depth.
+	bg()
+	storm[0]()
+	k.advance(time.Second)
+	require.InDelta(t, 1+(3*(1-math.Exp(-2))-1)*math.Exp(-4), c.load("storm"), 0.01)
+	ask(c, "storm", Interactive, out)
+	next(t, out).release()
+	require.Equal(t, 1, strings.Count(buf.String(), `"reason":"load"`), buf.String())
+	for _, r := range []func(){storm[1], v, light, lightBg} {
+		r()
+	}
+	require.Equal(t, 0, c.InUse(Interactive))
+	require.Equal(t, 0, c.InUse(Background))
+}
