@@ -12,7 +12,9 @@
 // become the reason the API is down: when Redis does not answer within a short
 // timeout, the request is allowed (fail open), counted and logged, and the
 // fairness controller, which needs no Redis, still isolates the realms.
-// A refusal touches Redis only, never PostgreSQL.
+// A refusal touches Redis only, never PostgreSQL, and a key Redis refused is
+// refused again in the process until its retry time, with no round trip
+// (denials.go).
 package limiter
 
 import (
@@ -115,6 +117,10 @@ type Limiter struct {
 
 	decisions *prometheus.CounterVec
 	latency   prometheus.Histogram
+	// denied remembers refused keys until their retry time; local counts
+	// the refusals it answered without Redis.
+	denied *denials
+	local  prometheus.Counter
 
 	pausedUntil atomic.Int64 // unix ns; Redis is not asked before then
 	outage      outage       // Redis unreachable: one WARN when it starts, one INFO when it ends
@@ -153,6 +159,11 @@ func New(cfg Config) *Limiter {
 			Help:    "Latency of the limiter's Redis call (one script run per decision), failures included.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
 		}),
+		denied: newDenials(),
+		local: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appdor_limiter_local_refusals_total",
+			Help: "Refusals answered in this process, without Redis, because Redis refused the same key earlier and its retry time has not come (also counted in appdor_limiter_decisions_total).",
+		}),
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -185,7 +196,7 @@ func New(cfg Config) *Limiter {
 	}
 	l.audit = newAuditor(cfg.DB, l.log)
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(l.decisions, l.latency, l.audit.failures)
+		cfg.Registerer.MustRegister(l.decisions, l.latency, l.local, l.audit.failures)
 	}
 	return l
 }
@@ -314,6 +325,12 @@ func (l *Limiter) Allow(ctx context.Context, s Subject) Decision {
 // counts the decision under realm (the label; "" for an address). ok is false
 // when Redis could not decide and the request is allowed anyway.
 func (l *Limiter) decide(ctx context.Context, realm string, keys, args []string, scopes []Scope, limits []int) (d Decision, ok bool) {
+	now := l.clock()
+	if d, ok := l.denied.check(keys, args, scopes, limits, now); ok {
+		l.local.Inc()
+		l.decisions.WithLabelValues(realm, string(d.Scope), "refused").Inc()
+		return d, true
+	}
 	if until := l.pausedUntil.Load(); until != 0 && time.Now().UnixNano() < until {
 		return l.failOpen(realm, scopes[0], errPaused, false), false
 	}
@@ -354,9 +371,22 @@ func (l *Limiter) decide(ctx context.Context, realm string, keys, args []string,
 	result := "refused"
 	if d.Allowed {
 		result = "allowed"
+	} else {
+		l.denied.add(keys[i], args[2*i], args[2*i+1], now+vals[2], now+vals[4], now)
 	}
 	l.decisions.WithLabelValues(realm, string(d.Scope), result).Inc()
 	return d, true
+}
+
+// clock is the time in µs on which remembered refusals are kept: the
+// tests' fake clock when set (the one the script is given), the process's
+// otherwise. Only durations from Redis are added to it, so Redis's clock
+// need not agree with it.
+func (l *Limiter) clock() int64 {
+	if l.now != nil {
+		return l.now()
+	}
+	return time.Now().UnixMicro()
 }
 
 // failOpen allows a request the limiter could not decide, counts it, and

@@ -517,3 +517,72 @@ func (m multiHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 func (m multiHandler) WithAttrs([]slog.Attr) slog.Handler { return m }
 func (m multiHandler) WithGroup(string) slog.Handler      { return m }
+
+// TestARefusedKeyIsAnsweredHereUntilItsRetryTime: after Redis refuses a
+// key, the same key's requests before its retry time are refused in this
+// process with the answer Redis would give, without a round trip (the key
+// deleted from Redis does not let them through); at the retry time, or
+// under another ceiling, Redis is asked again.
+func TestARefusedKeyIsAnsweredHereUntilItsRetryTime(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.clock()
+	ctx := context.Background()
+	realm, token := uuid.New(), uuid.New()
+	s := limiter.Subject{Realm: realm, Token: token, TokenLimit: 2, RealmLimit: 100} // one each 30 s after the burst
+	for range 2 {
+		require.True(t, f.lim.Allow(ctx, s).Allowed)
+	}
+	d := f.lim.Allow(ctx, s)
+	require.False(t, d.Allowed)
+	require.True(t, d.FirstRefusal)
+	require.Equal(t, 30*time.Second, d.RetryAfter)
+	require.Equal(t, 60*time.Second, d.Reset)
+	calls := histogramCount(t, f.reg, "appdor_limiter_redis_seconds")
+
+	require.NoError(t, f.client.Do(ctx, f.client.B().Del().Key(limiter.TokenKey(realm, token)).Build()).Error())
+	f.now += (10 * time.Second).Microseconds()
+	d = f.lim.Allow(ctx, s)
+	require.False(t, d.Allowed, "refused here, though Redis has forgotten the key")
+	require.False(t, d.FirstRefusal)
+	require.Equal(t, limiter.ScopeToken, d.Scope)
+	require.Equal(t, 2, d.Limit)
+	require.Equal(t, 20*time.Second, d.RetryAfter)
+	require.Equal(t, 50*time.Second, d.Reset)
+	require.Equal(t, calls, histogramCount(t, f.reg, "appdor_limiter_redis_seconds"), "no Redis call")
+	require.Equal(t, 1.0, counterValue(t, f.reg, "appdor_limiter_local_refusals_total"))
+	require.Equal(t, 2.0, decisions(t, f.reg, realm, "token", "refused"))
+
+	// Another ceiling for the token: Redis decides (the key is gone: a fresh burst).
+	require.True(t, f.lim.Allow(ctx, limiter.Subject{Realm: realm, Token: token, TokenLimit: 3, RealmLimit: 100}).Allowed)
+	// At the retry time, Redis decides again.
+	f.now += (20 * time.Second).Microseconds()
+	require.True(t, f.lim.Allow(ctx, s).Allowed)
+	require.Equal(t, calls+2, histogramCount(t, f.reg, "appdor_limiter_redis_seconds"))
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
