@@ -27,7 +27,8 @@
 //     not backlogged; a flow alone holds every seat.
 //     (Without that reserve, a storm's first four reads took every seat as
 //     a light realm started beside it, and the light realm's first units
-//     expired behind them: 7, 35, 38, 2 and 0 refusals in five runs.)
+//     expired behind them: 7, 35, 38, 2 and 0 refusals in five runs; with
+//     it, 10 in one run of ten and 12 and 5 in two of the next ten.)
 //   - Waits are bounded: QueueLength units a flow, WaitBound each, expiring
 //     only while another flow is active; a refusal is 429
 //     concurrency_limited with Retry-After.
