@@ -13,8 +13,10 @@ import (
 // retry interval instead of one per request (the storm harness's agent: 600
 // requests a second against a ceiling of 60 a minute). An entry is keyed by
 // the key and its ceiling, so a changed ceiling asks Redis again, and its
-// time is the time before the call plus the retry Redis gave, never later
-// than Redis's own answer would allow again.
+// time is the time of Redis's answer plus the retry it gave, so that the
+// Retry-After of a refusal answered here is never shorter than Redis's
+// (later by the round trip at most). A remembered refusal holds while
+// Redis is unreachable, and after Redis lost its state, until its time.
 type denials struct {
 	mu sync.Mutex
 	m  map[denialKey]denial

@@ -372,7 +372,10 @@ func (l *Limiter) decide(ctx context.Context, realm string, keys, args []string,
 	if d.Allowed {
 		result = "allowed"
 	} else {
-		l.denied.add(keys[i], args[2*i], args[2*i+1], now+vals[2], now+vals[4], now)
+		// From the time of the answer: Redis's clock read the key between
+		// now and then, so a retry counted from then is never short.
+		then := l.clock()
+		l.denied.add(keys[i], args[2*i], args[2*i+1], then+vals[2], then+vals[4], then)
 	}
 	l.decisions.WithLabelValues(realm, string(d.Scope), result).Inc()
 	return d, true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
@@ -538,7 +539,7 @@ func TestARefusedKeyIsAnsweredHereUntilItsRetryTime(t *testing.T) {
 	require.True(t, d.FirstRefusal)
 	require.Equal(t, 30*time.Second, d.RetryAfter)
 	require.Equal(t, 60*time.Second, d.Reset)
-	calls := histogramCount(t, f.reg, "appdor_limiter_redis_seconds")
+	calls := only(t, f.reg, "appdor_limiter_redis_seconds").GetHistogram().GetSampleCount()
 
 	require.NoError(t, f.client.Do(ctx, f.client.B().Del().Key(limiter.TokenKey(realm, token)).Build()).Error())
 	f.now += (10 * time.Second).Microseconds()
@@ -549,8 +550,8 @@ func TestARefusedKeyIsAnsweredHereUntilItsRetryTime(t *testing.T) {
 	require.Equal(t, 2, d.Limit)
 	require.Equal(t, 20*time.Second, d.RetryAfter)
 	require.Equal(t, 50*time.Second, d.Reset)
-	require.Equal(t, calls, histogramCount(t, f.reg, "appdor_limiter_redis_seconds"), "no Redis call")
-	require.Equal(t, 1.0, counterValue(t, f.reg, "appdor_limiter_local_refusals_total"))
+	require.Equal(t, calls, only(t, f.reg, "appdor_limiter_redis_seconds").GetHistogram().GetSampleCount(), "no Redis call")
+	require.Equal(t, 1.0, only(t, f.reg, "appdor_limiter_local_refusals_total").GetCounter().GetValue())
 	require.Equal(t, 2.0, decisions(t, f.reg, realm, "token", "refused"))
 
 	// Another ceiling for the token: Redis decides (the key is gone: a fresh burst).
@@ -558,31 +559,19 @@ func TestARefusedKeyIsAnsweredHereUntilItsRetryTime(t *testing.T) {
 	// At the retry time, Redis decides again.
 	f.now += (20 * time.Second).Microseconds()
 	require.True(t, f.lim.Allow(ctx, s).Allowed)
-	require.Equal(t, calls+2, histogramCount(t, f.reg, "appdor_limiter_redis_seconds"))
+	require.Equal(t, calls+2, only(t, f.reg, "appdor_limiter_redis_seconds").GetHistogram().GetSampleCount())
 }
 
-func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+// only is the one series of metric name in reg.
+func only(t *testing.T, reg *prometheus.Registry, name string) *dto.Metric {
 	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			return mf.GetMetric()[0]
 		}
 	}
 	t.Fatalf("no metric %s", name)
-	return 0
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return nil
 }

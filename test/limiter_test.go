@@ -364,7 +364,9 @@ func startRedis(t *testing.T) (string, func(run bool)) {
 }
 
 // TestRateLimitRedisDown: with Redis stopped mid-test, requests succeed and
-// the error counter rises; when it is back the limiter decides again.
+// the error counter rises, but a token Redis refused is refused until its
+// retry time (the refusal is remembered in the process); when Redis is back
+// the limiter decides again.
 func TestRateLimitRedisDown(t *testing.T) {
 	t.Parallel()
 	redisURL, redis := startRedis(t)
@@ -378,13 +380,16 @@ func TestRateLimitRedisDown(t *testing.T) {
 	}
 	requireRateLimited(t, app.Do(t, "GET", "/api/v1/apps", tn.Token, nil), 5)
 	require.Zero(t, errorsOf())
+	other := app.AddMember(t, tn.RealmID, tenancy.RoleEditor, rpm(5)) // never refused
 
 	redis(false)
+	requireRateLimited(t, app.Do(t, "GET", "/api/v1/apps", tn.Token, nil), 5) // remembered: no Redis needed
+	require.Zero(t, errorsOf())
 	const n = 100
 	durations := make([]time.Duration, 0, n)
 	for range n {
 		start := time.Now()
-		res := app.Do(t, "GET", "/api/v1/apps", tn.Token, nil)
+		res := app.Do(t, "GET", "/api/v1/apps", other.Token, nil)
 		durations = append(durations, time.Since(start))
 		require.Equal(t, http.StatusOK, res.Status, "fail open: %s", res.Body)
 		require.Empty(t, res.Header.Get("RateLimit-Limit"), "nothing decided, nothing claimed")
@@ -397,12 +402,12 @@ func TestRateLimitRedisDown(t *testing.T) {
 	redis(true) // empty: no state survived, so the token has a fresh minute
 	back := time.Now()
 	require.Eventually(t, func() bool {
-		res := app.Do(t, "GET", "/api/v1/apps", tn.Token, nil)
+		res := app.Do(t, "GET", "/api/v1/apps", other.Token, nil)
 		return res.Status == http.StatusOK && res.Header.Get("RateLimit-Limit") == "5"
 	}, 10*time.Second, 20*time.Millisecond, "the limiter decides again once Redis is back")
 	t.Logf("Redis back: the limiter decided again after %v", time.Since(back).Round(time.Millisecond))
 	for {
-		res := app.Do(t, "GET", "/api/v1/apps", tn.Token, nil)
+		res := app.Do(t, "GET", "/api/v1/apps", other.Token, nil)
 		if res.Status != http.StatusOK {
 			requireRateLimited(t, res, 5)
 			break
@@ -410,7 +415,7 @@ func TestRateLimitRedisDown(t *testing.T) {
 	}
 	errs := errorsOf()
 	require.Greater(t, errs, float64(n))
-	require.Equal(t, http.StatusTooManyRequests, app.Do(t, "GET", "/api/v1/apps", tn.Token, nil).Status)
+	require.Equal(t, http.StatusTooManyRequests, app.Do(t, "GET", "/api/v1/apps", other.Token, nil).Status)
 	require.Equal(t, errs, errorsOf(), "no more errors once Redis answers")
 }
 
