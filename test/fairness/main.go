@@ -603,8 +603,8 @@ func run(ctx context.Context) (int, error) {
 			"rate_rps": p.BogusRate, "bogus_requests": un.bogus.N, "bogus_answers_by_status": un.byCode,
 			"victim_baseline_p99_ms": un.baseline.P99, "victim_bogus_p99_ms": un.during.P99, "ratio": unauthRatio, "bound": bound.Value,
 			"pool_acquires": map[string]any{
-				"baseline": un.baselineAcquires, "baseline_victim_ok": un.baselineVictimOK, "per_victim_request": un.perVictim,
-				"bogus_phase": un.bogusAcquires, "bogus_phase_victim_ok": un.bogusVictimOK,
+				"baseline": un.baselineAcquires, "baseline_served_200": un.baselineServed, "per_served_200": un.perServed,
+				"bogus_phase": un.bogusAcquires, "bogus_phase_served_200": un.bogusServed,
 				"charged_to_bogus": un.charged, "per_100_bogus": un.per100(),
 			},
 			"victim_baseline": un.baseline, "victim_bogus": un.during,

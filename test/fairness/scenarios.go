@@ -429,6 +429,22 @@ func (m metricsSnapshot) fairness(realm string) fairnessCounts {
 	return c
 }
 
+// served is how many requests other than GET /metrics the server answered
+// 200, from the count of appdor_http_request_duration_seconds.
+func (m metricsSnapshot) served() float64 {
+	total := 0.0
+	for _, s := range m["appdor_http_request_duration_seconds"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range s.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["status"] == "200" && labels["route"] != "/metrics" {
+			total += float64(s.GetHistogram().GetSampleCount())
+		}
+	}
+	return total
+}
+
 // poolAcquires is the server's appdor_db_pool_acquires_total.
 func (m metricsSnapshot) poolAcquires() float64 {
 	v, _ := m.sum("appdor_db_pool_acquires_total", nil)
