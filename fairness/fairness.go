@@ -271,7 +271,7 @@ type flow struct {
 	background int     // interactive: its realm's background units in flight, counted in its load
 	vt         float64 // virtual finish time of its last dispatched work, seat-seconds
 	estimate   float64 // EWMA of its service time, seconds
-	load       float64 // its units in flight or queued, averaged over loadWindow
+	load       float64 // its units in flight or queued (and background, see settle), averaged over loadWindow
 	loadAt     time.Time
 	measured   bool // estimate is measured, not assumed
 	loaded     bool // load was SparseDepth or more when it was last classified
