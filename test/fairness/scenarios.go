@@ -382,23 +382,30 @@ func scrapeAll(ctx context.Context, base string) (metricsSnapshot, error) {
 	return families, nil
 }
 
-// sum adds up the counter (gauge, or histogram's sum) name over the series whose labels
-// include every pair in match; ok is false when the family is absent.
-func (m metricsSnapshot) sum(name string, match map[string]string) (total float64, ok bool) {
-	f, ok := m[name]
-	if !ok {
-		return 0, false
-	}
-	for _, s := range f.GetMetric() {
+// series is the series of name whose labels include every pair in match.
+func (m metricsSnapshot) series(name string, match map[string]string) []*dto.Metric {
+	var out []*dto.Metric
+	for _, s := range m[name].GetMetric() {
 		n := 0
 		for _, l := range s.GetLabel() {
 			if v, want := match[l.GetName()]; want && l.GetValue() == v {
 				n++
 			}
 		}
-		if n < len(match) {
-			continue
+		if n == len(match) {
+			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// sum adds up the counter (gauge, or histogram's sum) name over the series whose labels
+// include every pair in match; ok is false when the family is absent.
+func (m metricsSnapshot) sum(name string, match map[string]string) (total float64, ok bool) {
+	if _, ok := m[name]; !ok {
+		return 0, false
+	}
+	for _, s := range m.series(name, match) {
 		switch {
 		case s.GetCounter() != nil:
 			total += s.GetCounter().GetValue()
@@ -432,15 +439,13 @@ func (m metricsSnapshot) fairness(realm string) fairnessCounts {
 // served is how many requests other than GET /metrics the server answered
 // 200, from the count of appdor_http_request_duration_seconds.
 func (m metricsSnapshot) served() float64 {
+	const name = "appdor_http_request_duration_seconds"
 	total := 0.0
-	for _, s := range m["appdor_http_request_duration_seconds"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range s.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["status"] == "200" && labels["route"] != "/metrics" {
-			total += float64(s.GetHistogram().GetSampleCount())
-		}
+	for _, s := range m.series(name, map[string]string{"status": "200"}) {
+		total += float64(s.GetHistogram().GetSampleCount())
+	}
+	for _, s := range m.series(name, map[string]string{"status": "200", "route": "/metrics"}) {
+		total -= float64(s.GetHistogram().GetSampleCount())
 	}
 	return total
 }
