@@ -22,13 +22,15 @@ import (
 // measures the victim's read p99 against its baseline, what a stream costs
 // the server (resident memory and goroutines, from /metrics), the server's
 // CPU while the writes run, and how late each batch reaches each of the
-// writer realm's streams (from the write's answer to the event's arrival).
+// writer realm's streams (from the write's answer to the event's arrival),
+// LiveTracked of them.
 
 // liveOutcome is what the live arm measured.
 type liveOutcome struct {
 	rec              *recorder
 	baseline, during stats
 	Streams          int     `json:"streams"`
+	Tracked          int     `json:"streams_timed"`
 	Realms           int     `json:"realms"`
 	Refused          int64   `json:"streams_refused"`
 	Ended            int64   `json:"streams_ended_early"`
@@ -115,12 +117,6 @@ func openLive(ctx context.Context, client *http.Client, base string, t *tenant, 
 // cap and writes, victim reads.
 func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, holders []*tenant) *liveOutcome {
 	out := &liveOutcome{rec: newRecorder(), Realms: 1 + len(holders)}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// One connection per stream, as browsers hold them.
-	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 1, DisableCompression: true}}
-	var ended atomic.Int64
-
 	before, _ := scrapeAll(ctx, base)
 	stop := victimFor(ctx, p, out.rec, base, victim)
 	// A warm-up, as in the other arms: the victim's first second holds its
@@ -134,25 +130,11 @@ func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, h
 	// Open the streams while the victim reads on: the writer realm's cap,
 	// and the others'. That is a phase of its own: the baseline is before it.
 	out.rec.begin("open")
-	var tracked []*liveStream
-	// The delay is measured on LiveTracked of the writer's streams, here; the
-	// others are held and drained by the holder (holder.go).
-	for range p.LiveTracked {
-		s, code, err := openLive(sctx, client, base, writer, true, &ended)
-		switch {
-		case err != nil:
-			fmt.Println("live: opening a stream:", err)
-			out.Refused++
-		case code != 200:
-			out.Refused++
-		default:
-			out.Streams++
-			tracked = append(tracked, s)
-		}
-	}
-	sets := []holdSet{{writer.Token, writer.TableID, p.LiveWriterStreams - p.LiveTracked}}
+	// The holder holds them all and times LiveTracked of the writer's
+	// (holder.go).
+	sets := []holdSet{{writer.Token, writer.TableID, p.LiveWriterStreams, p.LiveTracked}}
 	for _, h := range holders {
-		sets = append(sets, holdSet{h.Token, h.TableID, p.LiveStreamsEach})
+		sets = append(sets, holdSet{h.Token, h.TableID, p.LiveStreamsEach, 0})
 	}
 	held, r, err := holdElsewhere(base, sets)
 	if err != nil {
@@ -160,6 +142,7 @@ func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, h
 	} else {
 		out.Streams += int(r.Opened)
 		out.Refused += r.Refused
+		out.Tracked = int(r.Tracked)
 	}
 	sleepCtx(ctx, time.Second)
 	opened, _ := scrapeAll(ctx, base)
@@ -174,11 +157,7 @@ func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, h
 
 	// The writes: batches at a steady pace, each batch's answer time kept.
 	out.rec.begin("live")
-	type batch struct {
-		ids []string
-		at  time.Time
-	}
-	var batches []batch
+	var batches []holdBatch
 	every := time.Second * time.Duration(p.LiveBatch) / time.Duration(p.LiveRowsPerSecond)
 	tick := time.NewTicker(every)
 	deadline := time.Now().Add(p.LiveWrites)
@@ -197,30 +176,31 @@ func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, h
 			continue
 		}
 		var made struct{ Rows []struct{ ID string } }
-		_ = json.Unmarshal(body, &made)
-		b := batch{at: at}
-		for _, r := range made.Rows {
-			b.ids = append(b.ids, r.ID)
+		if json.Unmarshal(body, &made) == nil && len(made.Rows) > 0 {
+			batches = append(batches, holdBatch{First: made.Rows[0].ID, At: at.UnixMicro()})
 		}
-		batches = append(batches, b)
 	}
 	tick.Stop()
 	sleepCtx(ctx, 2*time.Second) // the last batches' events arrive
 	out.rec.end()
 	after, _ := scrapeAll(ctx, base)
 	stop()
-	cancel()
 	progress("live", "live", out.rec, "victim")
 	out.baseline = summarize(out.rec.sel("victim", "baseline"))
 	out.during = summarize(out.rec.sel("victim", "live"))
 	out.Batches = len(batches)
-	out.Ended = ended.Load()
+	h := hdrhistogram.New(1, 60_000_000, 3)
 	if held != nil {
-		r, err := held.close()
+		r, err := held.close(batches)
 		if err != nil {
 			fmt.Println("live: the stream holder:", err)
 		}
 		out.Ended += r.Ended
+		out.Missing, out.Resyncs = r.Missing, r.Resyncs
+		for _, d := range r.Delays {
+			_ = h.RecordValue(d)
+		}
+		out.Deliveries = int64(len(r.Delays))
 	}
 
 	if opened != nil && after != nil {
@@ -229,41 +209,12 @@ func runLive(ctx context.Context, p plan, base string, victim, writer *tenant, h
 		out.CPUCores = (c1 - c0) / (p.LiveWrites + 2*time.Second).Seconds()
 		out.ServerP50, out.ServerP99 = histQuantiles(opened, after, "appdor_live_delivery_seconds")
 	}
-
-	// Each batch at each writer stream: told of its first row, or resynced
-	// after the write (then it reloads, which counts as told).
-	h := hdrhistogram.New(1, 60_000_000, 3)
-	for _, s := range tracked {
-		s.mu.Lock()
-		for _, b := range batches {
-			if len(b.ids) == 0 {
-				continue
-			}
-			seen, ok := s.seen[b.ids[0]]
-			if !ok {
-				for _, r := range s.resyncs {
-					if r.After(b.at.Add(-time.Second)) {
-						seen, ok = r, true
-						out.Resyncs++
-						break
-					}
-				}
-			}
-			if !ok {
-				out.Missing++
-				continue
-			}
-			out.Deliveries++
-			_ = h.RecordValue(max(0, seen.Sub(b.at).Microseconds()))
-		}
-		s.mu.Unlock()
-	}
 	out.DeliveryP50 = float64(h.ValueAtQuantile(50)) / 1000
 	out.DeliveryP99 = float64(h.ValueAtQuantile(99)) / 1000
 	fmt.Printf("live     streams   %d open across %d realms (%d refused, %d ended early); %.1f KB RSS and %.2f goroutines a stream\n",
 		out.Streams, out.Realms, out.Refused, out.Ended, out.BytesPerStream/1024, out.GoroutinesPer)
 	fmt.Printf("live     delivery  %d batches of %d rows to %d writer streams: p50 %.1f ms, p99 %.1f ms (n=%d, %d missing, %d by resync); server histogram p50 ~%.0f ms p99 ~%.0f ms; server CPU %.2f cores\n",
-		out.Batches, p.LiveBatch, len(tracked), out.DeliveryP50, out.DeliveryP99, out.Deliveries, out.Missing, out.Resyncs,
+		out.Batches, p.LiveBatch, out.Tracked, out.DeliveryP50, out.DeliveryP99, out.Deliveries, out.Missing, out.Resyncs,
 		out.ServerP50, out.ServerP99, out.CPUCores)
 	return out
 }

@@ -488,7 +488,8 @@ func run(ctx context.Context) (int, error) {
 	add("live: victim errors", float64(lv.baseline.Errors+lv.during.Errors), "== 0", lv.baseline.Errors+lv.during.Errors == 0)
 	add("live: streams open", float64(lv.Streams), fmt.Sprintf("== %d, none refused or ended", p.LiveWriterStreams+(p.LiveRealms-1)*p.LiveStreamsEach),
 		lv.Streams == p.LiveWriterStreams+(p.LiveRealms-1)*p.LiveStreamsEach && lv.Refused == 0 && lv.Ended == 0)
-	add("live: batches a writer stream never heard of", float64(lv.Missing), "== 0", lv.Missing == 0 && lv.Deliveries > 0)
+	add("live: batches a writer stream never heard of", float64(lv.Missing), fmt.Sprintf("== 0, each batch timed at %d streams", p.LiveTracked),
+		lv.Missing == 0 && lv.Batches > 0 && lv.Tracked == p.LiveTracked && lv.Deliveries == int64(lv.Tracked*lv.Batches))
 
 	autoRatio := ratio(auto.storm.P99, auto.baseline.P99)
 	autoLatRatio := ratio(auto.autoStorm.P99, auto.autoBaseline.P99)

@@ -47,7 +47,7 @@ type plan struct {
 	LiveRealms        int           // realms holding streams, the writer among them
 	LiveWriterStreams int           // the writer realm's streams: its whole cap (--live-streams-per-realm)
 	LiveStreamsEach   int           // every other realm's
-	LiveTracked       int           // writer streams whose events the harness reads and times
+	LiveTracked       int           // writer streams whose events the stream holder reads and times
 	LiveRowsPerSecond int           // the writer's rows a second
 	LiveBatch         int           // rows a write
 	LiveWrites        time.Duration // how long it writes
