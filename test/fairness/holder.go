@@ -122,6 +122,7 @@ func holdStreams(in io.Reader, out io.Writer) error {
 func (s *liveStream) delays(batches []holdBatch, r *holdReport) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.decode()
 	for _, b := range batches {
 		at := time.UnixMicro(b.At)
 		seen, ok := s.seen[b.First]

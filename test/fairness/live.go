@@ -50,10 +50,32 @@ type liveOutcome struct {
 // liveStream is one open stream of the arm, reading in a goroutine.
 type liveStream struct {
 	res *http.Response
-	// seen: the arrival time of each row id the stream was told of.
+	// told: each rows message as it arrived, decoded only once the writes
+	// are over (seen), so that reading adds no decoding to the cores'
+	// load while the victim is measured.
 	mu      sync.Mutex
-	seen    map[string]time.Time
+	told    []toldRows
+	seen    map[string]time.Time // the arrival time of each row id the stream was told of
 	resyncs []time.Time
+}
+
+// toldRows is one rows message's data and when it arrived.
+type toldRows struct {
+	at   time.Time
+	data []byte
+}
+
+// decode fills seen from told. s.mu is held.
+func (s *liveStream) decode() {
+	for _, m := range s.told {
+		var d struct{ Created []string }
+		if json.Unmarshal(m.data, &d) == nil {
+			for _, id := range d.Created {
+				s.seen[id] = m.at
+			}
+		}
+	}
+	s.told = nil
 }
 
 func openLive(ctx context.Context, client *http.Client, base string, t *tenant, track bool, ended *atomic.Int64) (*liveStream, int, error) {
@@ -91,14 +113,10 @@ func openLive(ctx context.Context, client *http.Client, base string, t *tenant, 
 				now := time.Now()
 				switch event {
 				case "rows":
-					var d struct{ Created []string }
-					if json.Unmarshal([]byte(line[6:]), &d) == nil {
-						s.mu.Lock()
-						for _, id := range d.Created {
-							s.seen[id] = now
-						}
-						s.mu.Unlock()
-					}
+					data := []byte(line[6:])
+					s.mu.Lock()
+					s.told = append(s.told, toldRows{now, data})
+					s.mu.Unlock()
 				case "resync":
 					s.mu.Lock()
 					s.resyncs = append(s.resyncs, now)
