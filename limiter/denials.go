@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,7 @@ import (
 type denials struct {
 	mu sync.Mutex
 	m  map[denialKey]denial
+	n  atomic.Int32 // len(m), read without mu: with no refusal remembered, a request takes no lock
 }
 
 // denialKey is a key under one ceiling: its script arguments.
@@ -39,11 +41,12 @@ func newDenials() *denials { return &denials{m: map[denialKey]denial{}} }
 // in args, two each) that a remembered denial makes at now: of the keys
 // refused, the one that refuses longest, as the script would choose.
 func (s *denials) check(keys, args []string, scopes []Scope, limits []int, now int64) (Decision, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.m) == 0 {
+	if s.n.Load() == 0 {
 		return Decision{}, false
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer func() { s.n.Store(int32(len(s.m))) }()
 	best, found := -1, denial{}
 	for i, key := range keys {
 		k := denialKey{key, args[2*i], args[2*i+1]}
@@ -75,6 +78,7 @@ func (s *denials) check(keys, args []string, scopes []Scope, limits []int, now i
 func (s *denials) add(key, emission, burst string, until, tat, now int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() { s.n.Store(int32(len(s.m))) }()
 	if len(s.m) >= maxDenials {
 		for k, d := range s.m {
 			if d.until <= now {
