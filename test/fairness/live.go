@@ -49,7 +49,6 @@ type liveOutcome struct {
 
 // liveStream is one open stream of the arm, reading in a goroutine.
 type liveStream struct {
-	res *http.Response
 	// told: each rows message as it arrived, decoded only once the writes
 	// are over (seen), so that reading adds no decoding to the cores'
 	// load while the victim is measured.
@@ -67,6 +66,9 @@ type toldRows struct {
 
 // decode fills seen from told. s.mu is held.
 func (s *liveStream) decode() {
+	if s.seen == nil {
+		s.seen = map[string]time.Time{}
+	}
 	for _, m := range s.told {
 		var d struct{ Created []string }
 		if json.Unmarshal(m.data, &d) == nil {
@@ -89,7 +91,7 @@ func openLive(ctx context.Context, client *http.Client, base string, t *tenant, 
 		res.Body.Close()
 		return nil, res.StatusCode, nil
 	}
-	s := &liveStream{res: res, seen: map[string]time.Time{}}
+	s := &liveStream{}
 	go func() {
 		defer res.Body.Close()
 		if !track {
