@@ -42,7 +42,7 @@ func quick(c *automations.Config) {
 }
 
 // newApp starts an Appdor with quick automations, changed by mutate.
-func newApp(t *testing.T, mutate func(*automations.Config)) *testenv.App {
+func newApp(t testing.TB, mutate func(*automations.Config)) *testenv.App {
 	t.Helper()
 	return testenv.NewApp(t, func(c *server.Config) {
 		quick(&c.Automations)
@@ -89,7 +89,7 @@ func (db isolated) app(t *testing.T, mutate func(*automations.Config)) *testenv.
 // fixture is a realm with an editor, an app and a table of three text
 // fields and a number.
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	app    *testenv.App
 	tenant testenv.Tenant
 	appID  string
@@ -97,7 +97,7 @@ type fixture struct {
 	fields map[string]string // name → id
 }
 
-func setup(t *testing.T, app *testenv.App) *fixture {
+func setup(t testing.TB, app *testenv.App) *fixture {
 	t.Helper()
 	f := &fixture{t: t, app: app, tenant: app.NewTenant(t, tenancy.RoleEditor, nil)}
 	f.appID = f.ok(http.StatusCreated, "POST", "/api/v1/apps", map[string]any{"name": "Ops"})["id"].(string)
@@ -171,7 +171,7 @@ func (f *fixture) create(body map[string]any) map[string]any {
 func webhook(url string) map[string]any { return map[string]any{"type": "webhook", "url": url} }
 
 // secretOf is the secret of the automation answer's first webhook action.
-func secretOf(t *testing.T, a map[string]any) string {
+func secretOf(t testing.TB, a map[string]any) string {
 	t.Helper()
 	for _, x := range a["actions"].([]any) {
 		if s, ok := x.(map[string]any)["secret"].(string); ok {
@@ -208,7 +208,7 @@ type received struct {
 	body   []byte
 }
 
-func newSink(t *testing.T, answer func(n int, w http.ResponseWriter)) *sink {
+func newSink(t testing.TB, answer func(n int, w http.ResponseWriter)) *sink {
 	s := &sink{answer: answer}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
