@@ -201,11 +201,22 @@ func refusal(err error) bool {
 func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a *Automation) (int, error) {
 	var rows []grid.Row
 	var matchErr error
-	if e.kind == grid.EventRowDeleted {
+	switch {
+	case e.kind == grid.EventRowDeleted:
 		for i, id := range e.rows {
 			rows = append(rows, grid.Row{ID: id, Version: e.versions[i]})
 		}
-	} else {
+	case len(a.Condition) == 0:
+		// With no condition nothing can refuse the match, only the database
+		// can fail it, and that fails the evaluation: no savepoint.
+		var err error
+		if rows, err = grid.MatchRows(ctx, tx, e.realm, t, nil, e.rows); err != nil {
+			return 0, err
+		}
+		if len(rows) == 0 {
+			return 0, nil // the rows are gone since
+		}
+	default:
 		sp, err := tx.Begin(ctx)
 		if err != nil {
 			return 0, err
@@ -234,14 +245,20 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 	if matchErr != nil {
 		ids = e.rows
 	}
-	if _, err := tx.Exec(ctx,
-		`INSERT INTO automation_runs (realm_id, id, automation_id, event, event_id, row_ids, hop, status, queued_at)
-		 VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)`,
-		e.realm, runID, a.ID, e.kind, e.id, ids, e.hop, e.createdAt); err != nil {
+	if _, err := tx.Exec(ctx, insertRunSQL,
+		e.realm, runID, a.ID, e.kind, e.id, ids, e.hop, e.createdAt, uuidAt(time.Now().Add(-RunRetention))); err != nil {
 		return 0, err
 	}
 	n, actErr := 0, matchErr
-	if actErr == nil {
+	switch {
+	case actErr != nil:
+	case !a.writes():
+		// Webhooks only queue their deliveries; none can be refused, so
+		// an error fails the evaluation, and no savepoint is needed.
+		if n, actErr = s.act(ctx, tx, e, t, a, runID, rows); actErr != nil {
+			return 0, actErr
+		}
+	default:
 		sp, err := tx.Begin(ctx)
 		if err != nil {
 			return 0, err
@@ -276,31 +293,34 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 	case n > 0:
 		status = "pending"
 	}
-	if _, err := tx.Exec(ctx,
-		`UPDATE automation_runs SET status = $3, last_error = $4, finished_at = CASE WHEN $3 = 'pending' THEN NULL ELSE now() END
-		 WHERE realm_id = $1 AND id = $2`, e.realm, runID, status, lastError); err != nil {
-		return 0, err
+	if status != "pending" { // recorded pending, with no error and no end
+		if _, err := tx.Exec(ctx,
+			`UPDATE automation_runs SET status = $3, last_error = $4, finished_at = now() WHERE realm_id = $1 AND id = $2`,
+			e.realm, runID, status, lastError); err != nil {
+			return 0, err
+		}
 	}
 	s.metrics.runs.WithLabelValues(status).Inc()
-	return n, pruneRuns(ctx, tx, e.realm, a.ID)
+	return n, nil
 }
 
 // RunRetention is how long the run log keeps a finished run (and its
 // deliveries).
 const RunRetention = 30 * 24 * time.Hour
 
-// pruneRuns deletes up to ten of an automation's finished runs older than
-// RunRetention, so that each run recorded clears more than it adds once the
-// log is that old, with no sweeper and no unbounded statement. Run ids are
-// UUIDv7, so an id made from the cut-off time bounds them in the index.
-func pruneRuns(ctx context.Context, tx pgx.Tx, realm, automation uuid.UUID) error {
-	_, err := tx.Exec(ctx,
-		`DELETE FROM automation_runs WHERE realm_id = $1 AND id = ANY (ARRAY (
-		   SELECT id FROM automation_runs
-		   WHERE realm_id = $1 AND automation_id = $2 AND id < $3 AND status <> 'pending'
-		   ORDER BY id LIMIT 10))`, realm, automation, uuidAt(time.Now().Add(-RunRetention)))
-	return err
-}
+// insertRunSQL records a run, pending, and deletes up to ten of its
+// automation's finished runs older than RunRetention ($9, an id made from
+// the cut-off time: run ids are UUIDv7, so it bounds them in the index), so
+// that each run recorded clears more than it adds once the log is that old,
+// with no sweeper and no unbounded statement.
+const insertRunSQL = `
+WITH pruned AS (
+    DELETE FROM automation_runs WHERE realm_id = $1 AND id = ANY (ARRAY (
+        SELECT id FROM automation_runs
+        WHERE realm_id = $1 AND automation_id = $3 AND id < $9 AND status <> 'pending'
+        ORDER BY id LIMIT 10)))
+INSERT INTO automation_runs (realm_id, id, automation_id, event, event_id, row_ids, hop, status, queued_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)`
 
 // uuidAt is the least UUIDv7 of the millisecond t.
 func uuidAt(t time.Time) uuid.UUID {
@@ -536,4 +556,15 @@ func (s *Service) sampleOnce(ctx context.Context) error {
 	s.backlog.reset(counts, parsed)
 	s.metrics.setQueue(counts, byRealm)
 	return nil
+}
+
+// writes says whether an action of a writes rows: only those can be
+// refused (a cell its field refuses, a table gone).
+func (a *Automation) writes() bool {
+	for _, ac := range a.Actions {
+		if ac.Type == ActionUpdateRow || ac.Type == ActionCreateRow {
+			return true
+		}
+	}
+	return false
 }
