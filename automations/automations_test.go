@@ -424,6 +424,45 @@ func TestUpdateRowAndCreateRow(t *testing.T) {
 	require.EqualValues(t, 7, lc[logFields["n"]])
 }
 
+// TestARefusedActionFailsOnlyItsRun: an action refused when it runs (its
+// target's field deleted since) fails its automation's run, with nothing of
+// that run kept, not even its webhook queued before the refusal; another
+// automation of the same event, with webhook actions only, still delivers.
+func TestARefusedActionFailsOnlyItsRun(t *testing.T) {
+	t.Parallel()
+	f := setup(t, newApp(t, nil))
+	s := newSink(t, nil)
+	log, logFields := f.makeTable("Log", "title")
+	refused := f.create(map[string]any{
+		"name": "Log it", "trigger": map[string]any{"event": "row.created"},
+		"actions": []any{
+			webhook(s.srv.URL + "/refused"),
+			map[string]any{"type": "create_row", "table": log, "cells": map[string]any{
+				logFields["title"]: "{{" + f.fields["name"] + "}}"}},
+		},
+	})
+	plain := f.create(map[string]any{
+		"name": "Notify", "trigger": map[string]any{"event": "row.created"},
+		"actions": []any{webhook(s.srv.URL + "/plain")},
+	})
+	f.ok(http.StatusNoContent, "DELETE", "/api/v1/tables/"+log+"/fields/"+logFields["title"], nil)
+
+	f.insert(map[string]any{"name": "widget"})
+	run := f.awaitRun(refused["id"].(string), "failed")
+	require.NotNil(t, run.LastError)
+	require.Contains(t, *run.LastError, "action 1", "the error names the refused action")
+	require.Empty(t, run.Deliveries, "the refused run's webhook, queued before the refusal, went with it")
+
+	got := s.await(t, 1)
+	var p automations.WebhookPayload
+	require.NoError(t, json.Unmarshal(got[0].body, &p))
+	require.Equal(t, plain["id"], p.Data.AutomationID.String(), "the other automation of the event delivered")
+	f.awaitRun(plain["id"].(string), "succeeded")
+	require.Empty(t, f.ok(http.StatusOK, "GET", "/api/v1/tables/"+log+"/rows", nil)["rows"], "the refused create_row wrote nothing")
+	time.Sleep(200 * time.Millisecond)
+	require.Len(t, s.received(), 1, "nothing from the refused run")
+}
+
 // TestRolledBackWriteEmitsNothing: the event is written in the write's own
 // transaction, so a write that rolls back leaves none, and one that commits
 // leaves one.
