@@ -201,37 +201,21 @@ func refusal(err error) bool {
 func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a *Automation) (int, error) {
 	var rows []grid.Row
 	var matchErr error
-	switch {
-	case e.kind == grid.EventRowDeleted:
+	if e.kind == grid.EventRowDeleted {
 		for i, id := range e.rows {
 			rows = append(rows, grid.Row{ID: id, Version: e.versions[i]})
 		}
-	case len(a.Condition) == 0:
-		// With no condition nothing can refuse the match, only the database
-		// can fail it, and that fails the evaluation: no savepoint.
+	} else {
 		var err error
-		if rows, err = grid.MatchRows(ctx, tx, e.realm, t, nil, e.rows); err != nil {
-			return 0, err
-		}
-		if len(rows) == 0 {
-			return 0, nil // the rows are gone since
-		}
-	default:
-		sp, err := tx.Begin(ctx)
+		matchErr, err = guarded(ctx, tx, len(a.Condition) > 0, func(tx pgx.Tx) (err error) {
+			rows, err = grid.MatchRows(ctx, tx, e.realm, t, a.Condition, e.rows)
+			return err
+		})
 		if err != nil {
 			return 0, err
 		}
-		rows, matchErr = grid.MatchRows(ctx, sp, e.realm, t, a.Condition, e.rows)
-		if matchErr != nil {
-			_ = sp.Rollback(ctx)
-			if !refusal(matchErr) {
-				return 0, matchErr
-			}
-		} else if err := sp.Commit(ctx); err != nil {
-			return 0, err
-		}
 		if matchErr == nil && len(rows) == 0 {
-			return 0, nil // the condition keeps no row: no run
+			return 0, nil // the condition keeps no row, or the rows are gone: no run
 		}
 	}
 	runID, err := uuid.NewV7()
@@ -250,30 +234,17 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 		return 0, err
 	}
 	n, actErr := 0, matchErr
-	switch {
-	case actErr != nil:
-	case !a.writes():
-		// Webhooks only queue their deliveries; none can be refused, so
-		// an error fails the evaluation, and no savepoint is needed.
-		if n, actErr = s.act(ctx, tx, e, t, a, runID, rows); actErr != nil {
-			return 0, actErr
-		}
-	default:
-		sp, err := tx.Begin(ctx)
+	if actErr == nil {
+		kept := len(e.written)
+		actErr, err = guarded(ctx, tx, a.writes(), func(tx pgx.Tx) (err error) {
+			n, err = s.act(ctx, tx, e, t, a, runID, rows)
+			return err
+		})
 		if err != nil {
 			return 0, err
 		}
-		kept := len(e.written)
-		n, actErr = s.act(ctx, sp, e, t, a, runID, rows)
 		if actErr != nil {
-			_ = sp.Rollback(ctx)
-			e.written = e.written[:kept]
-			if !refusal(actErr) {
-				return 0, actErr
-			}
-			n = 0
-		} else if err := sp.Commit(ctx); err != nil {
-			return 0, err
+			e.written, n = e.written[:kept], 0
 		}
 	}
 	status := "succeeded"
@@ -302,6 +273,30 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 	}
 	s.metrics.runs.WithLabelValues(status).Inc()
 	return n, nil
+}
+
+// guarded runs fn, in a savepoint of tx when fn can be refused (a condition
+// on a field deleted since, a cell its field refuses, a table gone): a
+// refusal then undoes only fn's work and comes back as refused, to fail the
+// run and not the evaluation. What cannot be refused runs in tx itself,
+// sparing the savepoint's two round trips; any error of it is err, and
+// fails the evaluation, as a database error does.
+func guarded(ctx context.Context, tx pgx.Tx, refusable bool, fn func(pgx.Tx) error) (refused, err error) {
+	if !refusable {
+		return nil, fn(tx)
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := fn(sp); err != nil {
+		_ = sp.Rollback(ctx)
+		if refusal(err) {
+			return err, nil
+		}
+		return nil, err
+	}
+	return nil, sp.Commit(ctx)
 }
 
 // RunRetention is how long the run log keeps a finished run (and its
