@@ -24,7 +24,9 @@
 //     BackloggedSeats (half the cores), and one flow never measured may take
 //     a probe seat besides; deep work of a flow holding SparseDepth seats
 //     leaves the last free seat to others while one of them is active and
-//     not backlogged; a flow alone holds every seat.
+//     not backlogged; a flow alone holds every seat. While a flow that is
+//     not backlogged is active, backlogged work rests its seats
+//     BackloggedRest times as long as each of its units held one.
 //     (Without that reserve, a storm's first four reads took every seat as
 //     a light realm started beside it, and the light realm's first units
 //     expired behind them: 7, 35, 38, 2 and 0 refusals in five runs; with
@@ -116,7 +118,22 @@ const (
 	// not the seat: when the seat rested, a quiet realm's automations waited
 	// out every rest of a storming realm's and fell 114 s behind in a 45 s
 	// automation storm.
-	DefaultBackgroundRest = 2
+	//
+	// At 2, beside a storming realm's API burst and its own batch patches,
+	// the quiet realm's read p99 in the automation storm measured x2.35-2.92
+	// its baseline and its automations' x2.29-3.46 (four runs; S's import
+	// took 23-25 s); at 6, x1.86-1.96 and x2.06-2.56 (four; 47-52 s), and
+	// with BackloggedRest besides, x1.64-1.97 and x1.57-2.06 (four).
+	DefaultBackgroundRest = 6
+	// DefaultBackloggedRest is how many times as long as a backlogged unit
+	// held its seat the backlogged seats rest while a flow that is not
+	// backlogged is active: at 1, backlogged work holds them half the time.
+	// Backlogged work alone on the cores beside a light realm still took
+	// them from it: in the automation storm with BackgroundRest 6 and none
+	// of this rest, the quiet realm's automation p99 measured x2.06-2.51 its
+	// baseline; with it, x1.57-2.06 (four runs each), while the burst
+	// realm's reads fell from ~5,600 to ~3,000 in the storm's first 20 s.
+	DefaultBackloggedRest = 1
 	// backgroundSlack is how far a realm's background work may run ahead of
 	// its rests, so that a light realm's few short units (an automation's
 	// evaluation, its webhook's read and record) do not each wait out the
@@ -148,6 +165,11 @@ type Config struct {
 	// BackloggedSeats is how many seats backlogged flows may hold together
 	// while several flows are active; 0 is max(1, GOMAXPROCS/2).
 	BackloggedSeats int
+	// BackloggedRest is how many times as long as a backlogged unit held
+	// its seat the backlogged seats rest (shared among BackloggedSeats)
+	// while a flow that is not backlogged is active; 0 is
+	// DefaultBackloggedRest, and a negative value is no rest.
+	BackloggedRest float64
 	// QueueLength is each flow's interactive queue; 0 is DefaultQueueLength.
 	QueueLength int
 	// WaitBound is the longest an interactive unit waits for a seat; 0 is
@@ -212,6 +234,12 @@ func (cfg Config) Sized() Config {
 	if cfg.BackloggedSeats <= 0 {
 		cfg.BackloggedSeats = max(1, cores/2)
 	}
+	switch {
+	case cfg.BackloggedRest == 0:
+		cfg.BackloggedRest = DefaultBackloggedRest
+	case cfg.BackloggedRest < 0:
+		cfg.BackloggedRest = 0
+	}
 	cfg.BackloggedSeats = min(cfg.BackloggedSeats, cfg.Seats)
 	if cfg.QueueLength <= 0 {
 		cfg.QueueLength = DefaultQueueLength
@@ -256,10 +284,13 @@ type level struct {
 	seats      int
 	inUse      int
 	backlogged int // seats held by backlogged units within BackloggedSeats
-	probing    int // the probe seat: held by a flow not measured yet beyond them
-	flows      map[string]*flow
-	queued     int     // waiters in the flows' queues
-	vnow       float64 // virtual time: the start tag of the last dispatch
+	// restTill is when the backlogged seats' rests end (BackloggedRest):
+	// no backlogged unit starts before it while several flows are active.
+	restTill time.Time
+	probing  int // the probe seat: held by a flow not measured yet beyond them
+	flows    map[string]*flow
+	queued   int     // waiters in the flows' queues
+	vnow     float64 // virtual time: the start tag of the last dispatch
 }
 
 // flow is one realm's state at one level.
@@ -592,7 +623,7 @@ func (c *Controller) may(l *level, f *flow, cls class, now time.Time) bool {
 	case cls == deepWork:
 		return l.inUse < l.seats-1 || f.inflight < c.cfg.SparseDepth || !c.othersSparse(l, f, now)
 	}
-	return l.backlogged < c.cfg.BackloggedSeats || !f.known && l.probing == 0
+	return l.backlogged < c.cfg.BackloggedSeats && !now.Before(l.restTill) || !f.known && l.probing == 0
 }
 
 // othersSparse says whether a flow of l other than f is active now and not
@@ -898,6 +929,18 @@ func (s *seat) releaseLocked() (time.Duration, bool) {
 	f.inflight--
 	if s.backlogged {
 		l.backlogged--
+		if held > 0 && c.cfg.BackloggedRest > 0 && c.othersSparse(l, f, now) {
+			// The backlogged seats rest BackloggedRest times as long as
+			// this unit held one, shared among them, after their rests
+			// so far; the cores are the lighter flows' meanwhile.
+			rest := time.Duration(c.cfg.BackloggedRest * float64(held) / float64(c.cfg.BackloggedSeats))
+			l.restTill = later(l.restTill, now).Add(rest)
+			c.cfg.Clock.AfterFunc(l.restTill.Sub(now), func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.dispatch(l, c.cfg.Clock.Now())
+			})
+		}
 	}
 	if s.probe {
 		l.probing--

@@ -81,7 +81,8 @@ func (k *clock) advance(d time.Duration) {
 func setup(t *testing.T, mutate func(*Config)) (*Controller, *clock, *prometheus.Registry) {
 	t.Helper()
 	k := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	cfg := Config{Seats: 4, BackgroundSeats: 1, BackloggedSeats: 1, QueueLength: 8, WaitBound: 50 * time.Millisecond, Clock: k}
+	// No backlogged rest unless a test is about it (TestBackloggedWorkRests).
+	cfg := Config{Seats: 4, BackgroundSeats: 1, BackgroundRest: 2, BackloggedSeats: 1, BackloggedRest: -1, QueueLength: 8, WaitBound: 50 * time.Millisecond, Clock: k}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -461,6 +462,50 @@ func TestBackloggedRealmsTogetherHoldTheirSeats(t *testing.T) {
 	g3 := next(t, out)
 	require.NoError(t, g3.err)
 	g3.release()
+}
+
+// While a realm that is not backlogged is active, the backlogged seats rest
+// BackloggedRest times as long as each backlogged unit held one; sparse work
+// starts meanwhile. With nobody else active, backlogged work never rests.
+func TestBackloggedWorkRests(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.BackloggedRest = 1 })
+	fillers := []string{"f0", "f1", "f2", "f3"}
+	measure(t, c, append(fillers, "victim")...)
+	var fill []func()
+	for _, f := range fillers {
+		fill = append(fill, now(t, c, f))
+	}
+	stormed(t, c, k, []string{"storm"}, 0, nil) // refused with its own work queued: backlogged
+	for _, r := range fill {
+		r()
+	}
+	now(t, c, "storm")() // measured, held no time: no rest
+	out := make(chan grant, 8)
+	ask(c, "storm", Interactive, out)
+	g := next(t, out)
+	require.NoError(t, g.err)
+	ask(c, "storm", Interactive, out)
+	awaitQueued(t, c, "storm", Interactive, 1)
+	v := now(t, c, "victim") // the victim is active: the storm's seat will rest
+	k.advance(10 * time.Millisecond)
+	g.release() // held 10 ms: the backlogged seat rests 10
+	none(t, out)
+	require.Equal(t, 1, c.InUse(Interactive), "a free backlogged seat, resting")
+	v2 := now(t, c, "victim") // sparse work starts during the rest
+	k.advance(9 * time.Millisecond)
+	none(t, out)
+	k.advance(time.Millisecond)
+	g = next(t, out)
+	require.NoError(t, g.err, "the rest is over")
+	v()
+	v2()
+
+	// Alone, the storm's work never rests.
+	k.advance(c.cfg.ActiveWindow + time.Millisecond)
+	g.release()
+	require.Zero(t, k.pending(), "nobody else is active: no rest")
+	now(t, c, "storm")()
 }
 
 // Background work runs in seats of its own: it never takes a seat an

@@ -31,7 +31,8 @@ func (a *App) setupFairness() {
 	a.log.Info("fairness: per-realm fair queuing on",
 		slog.Int("seats", sized.Seats), slog.Int("background_seats", sized.BackgroundSeats),
 		slog.Float64("background_rest", sized.BackgroundRest),
-		slog.Int("backlogged_seats", sized.BackloggedSeats), slog.Int("queue_length", sized.QueueLength),
+		slog.Int("backlogged_seats", sized.BackloggedSeats), slog.Float64("backlogged_rest", sized.BackloggedRest),
+		slog.Int("queue_length", sized.QueueLength),
 		slog.Duration("wait_bound", sized.WaitBound), slog.Int("pool", sized.PoolSize),
 		slog.Duration("active_window", sized.ActiveWindow), slog.Duration("retry_after", sized.RetryAfter))
 }

@@ -55,7 +55,8 @@ var (
 	sFairness       = setting{"fairness", "APPDOR_FAIRNESS", "on", "per-realm admission controller; off is for the storm harness's negative control only"}
 	sFairSeats      = setting{"fairness-seats", "APPDOR_FAIRNESS_SEATS", "0", "interactive work units running at once, all realms; 0 is two per core, within the pool"}
 	sFairBgSeats    = setting{"fairness-background-seats", "APPDOR_FAIRNESS_BACKGROUND_SEATS", "0", "background work units (CSV import batches, automations) running at once, in seats of their own, a realm in one at a time; 0 is one per core"}
-	sFairBgRest     = setting{"fairness-background-rest", "APPDOR_FAIRNESS_BACKGROUND_REST", "2", "while another realm is active, a realm's background work rests this many times as long as each of its units ran (2: a third of a core at most); higher is gentler on the other realms and slower for the import"}
+	sFairBgRest     = setting{"fairness-background-rest", "APPDOR_FAIRNESS_BACKGROUND_REST", "6", "while another realm is active, a realm's background work rests this many times as long as each of its units ran (6: a seventh of a core at most); higher is gentler on the other realms and slower for the import"}
+	sFairBackRest   = setting{"fairness-backlogged-rest", "APPDOR_FAIRNESS_BACKLOGGED_REST", "1", "while a realm that is not backlogged is active, the backlogged realms' seats rest this many times as long as each of their requests held one (1: half the time); 0 is no rest"}
 	sFairQueue      = setting{"fairness-queue-length", "APPDOR_FAIRNESS_QUEUE_LENGTH", "64", "requests of one realm that may wait for a seat; beyond it a request is refused (queue_full)"}
 	sFairWait       = setting{"fairness-wait-bound", "APPDOR_FAIRNESS_WAIT_BOUND", "50ms", "longest a request waits for a seat before it is refused (wait_expired)"}
 	sFairRetryAfter = setting{"fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER", "1s", "Retry-After of a concurrency_limited refusal"}
@@ -116,7 +117,7 @@ var connSettings = []setting{sDatabaseURL, sMigrateURL, sRedisURL}
 
 // serveSettings are those of `appdor serve`.
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
-	sFairness, sFairSeats, sFairBgSeats, sFairBgRest, sFairQueue, sFairWait, sFairRetryAfter,
+	sFairness, sFairSeats, sFairBgSeats, sFairBgRest, sFairBackRest, sFairQueue, sFairWait, sFairRetryAfter,
 	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sLookupTimeout, sRelookups, sLoginAddress, sLoginAccount, sTrustedProxies, sHSTS,
 	sMetricsListen, sMetricsToken, sMetricsRealmIdle,
 	sReadHeaderTimeout, sReadTimeout, sWriteTimeout, sIdleTimeout, sStreamTimeout, sShutdownDrain,
@@ -437,6 +438,14 @@ func fairnessConfig(cmd *cobra.Command) (fairness.Config, error) {
 		return fc, configError(sFairBgRest, "%q is not a number from 0.1 to 100", str(cmd, sFairBgRest))
 	}
 	fc.BackgroundRest = rest
+	backRest, err := strconv.ParseFloat(str(cmd, sFairBackRest), 64)
+	if err != nil || backRest < 0 || backRest > 100 {
+		return fc, configError(sFairBackRest, "%q is not a number from 0 to 100", str(cmd, sFairBackRest))
+	}
+	fc.BackloggedRest = backRest
+	if backRest == 0 {
+		fc.BackloggedRest = -1 // none
+	}
 	if fc.QueueLength, err = count(sFairQueue, 1); err != nil {
 		return fc, err
 	}

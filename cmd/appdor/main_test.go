@@ -162,6 +162,7 @@ func TestBadFairnessSettingsNameTheVariable(t *testing.T) {
 		{"--fairness-seats", "APPDOR_FAIRNESS_SEATS"},
 		{"--fairness-background-seats", "APPDOR_FAIRNESS_BACKGROUND_SEATS"},
 		{"--fairness-background-rest", "APPDOR_FAIRNESS_BACKGROUND_REST"},
+		{"--fairness-backlogged-rest", "APPDOR_FAIRNESS_BACKLOGGED_REST"},
 		{"--fairness-queue-length", "APPDOR_FAIRNESS_QUEUE_LENGTH"},
 		{"--fairness-wait-bound", "APPDOR_FAIRNESS_WAIT_BOUND"},
 		{"--fairness-retry-after", "APPDOR_FAIRNESS_RETRY_AFTER"},
