@@ -53,7 +53,7 @@ var (
 	sCSVBodyLimit = setting{"csv-body-limit", "APPDOR_CSV_BODY_LIMIT", "1G", "largest CSV import body"}
 
 	sFairness       = setting{"fairness", "APPDOR_FAIRNESS", "on", "per-realm admission controller; off is for the storm harness's negative control only"}
-	sFairSeats      = setting{"fairness-seats", "APPDOR_FAIRNESS_SEATS", "0", "interactive work units running at once, all realms; 0 is two per core, within the pool"}
+	sFairSeats      = setting{"fairness-seats", "APPDOR_FAIRNESS_SEATS", "0", "interactive work units running at once, all realms; 0 is four per core, within the pool"}
 	sFairBgSeats    = setting{"fairness-background-seats", "APPDOR_FAIRNESS_BACKGROUND_SEATS", "0", "background work units (CSV import batches, automations) running at once, in seats of their own, a realm in one at a time; 0 is one per core"}
 	sFairBgRest     = setting{"fairness-background-rest", "APPDOR_FAIRNESS_BACKGROUND_REST", "6", "while another realm is active, a realm's background work rests this many times as long as each of its units ran (6: a seventh of a core at most); higher is gentler on the other realms and slower for the import"}
 	sFairBackRest   = setting{"fairness-backlogged-rest", "APPDOR_FAIRNESS_BACKLOGGED_REST", "1", "while a realm that is not backlogged is active, the backlogged realms' seats rest this many times as long as each of their requests held one (1: half the time); 0 is no rest"}
