@@ -130,9 +130,9 @@ const (
 	// backlogged is active: at 1, backlogged work holds them half the time.
 	// Backlogged work alone on the cores beside a light realm still took
 	// them from it: in the automation storm with BackgroundRest 6 and none
-	// of this rest, the quiet realm's automation p99 measured x2.06-2.51 its
+	// of this rest, the quiet realm's automation p99 measured x2.06-2.56 its
 	// baseline; with it, x1.57-2.06 (four runs each), while the burst
-	// realm's reads fell from ~5,600 to ~3,000 in the storm's first 20 s.
+	// realm read ~3,000 pages in the storm instead of ~5,600.
 	DefaultBackloggedRest = 1
 	// backgroundSlack is how far a realm's background work may run ahead of
 	// its rests, so that a light realm's few short units (an automation's
