@@ -290,7 +290,10 @@ type level struct {
 	backlogged int // seats held by backlogged units within BackloggedSeats
 	// restTill is when the backlogged seats' rests end (BackloggedRest):
 	// no backlogged unit starts before it while several flows are active.
+	// resting says a timer will dispatch l once it has passed: one timer
+	// for every rest, however many backlogged units extend it meanwhile.
 	restTill time.Time
+	resting  bool
 	probing  int // the probe seat: held by a flow not measured yet beyond them
 	flows    map[string]*flow
 	queued   int     // waiters in the flows' queues
@@ -939,11 +942,16 @@ func (s *seat) releaseLocked() (time.Duration, bool) {
 			// so far; the cores are the lighter flows' meanwhile.
 			rest := time.Duration(c.cfg.BackloggedRest * float64(held) / float64(c.cfg.BackloggedSeats))
 			l.restTill = later(l.restTill, now).Add(rest)
-			c.cfg.Clock.AfterFunc(l.restTill.Sub(now), func() {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.dispatch(l, c.cfg.Clock.Now())
-			})
+			if !l.resting {
+				l.resting = true
+				c.dispatchAfter(l, l.restTill.Sub(now), func(now time.Time) time.Duration {
+					if wait := l.restTill.Sub(now); wait > 0 {
+						return wait // extended meanwhile
+					}
+					l.resting = false
+					return 0
+				})
+			}
 		}
 	}
 	if s.probe {
@@ -965,15 +973,29 @@ func (s *seat) releaseLocked() (time.Duration, bool) {
 		rest := time.Duration(c.cfg.BackgroundRest * float64(worked))
 		f.restTill = later(f.restTill, now).Add(rest)
 		if wait := f.restTill.Add(-backgroundSlack).Sub(now); wait > 0 {
-			c.cfg.Clock.AfterFunc(wait, func() {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.dispatch(l, c.cfg.Clock.Now())
-			})
+			c.dispatchAfter(l, wait, nil)
 		}
 	}
 	c.dispatch(l, now)
 	return held, true
+}
+
+// dispatchAfter dispatches l when wait has passed, for work that rests
+// until then. When again is set, it is asked first, under c.mu, how much
+// longer to wait (0: dispatch now).
+func (c *Controller) dispatchAfter(l *level, wait time.Duration, again func(now time.Time) time.Duration) {
+	c.cfg.Clock.AfterFunc(wait, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		now := c.cfg.Clock.Now()
+		if again != nil {
+			if more := again(now); more > 0 {
+				c.dispatchAfter(l, more, again)
+				return
+			}
+		}
+		c.dispatch(l, now)
+	})
 }
 
 func later(a, b time.Time) time.Time {
