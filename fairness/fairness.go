@@ -18,8 +18,15 @@
 //     the quiet realm's read p99 beside them measured x2.2-3.2), was refused
 //     with its own work queued ahead within SparseAfterRefusal (so a storm idling
 //     between refusals never passes for sparse), or is not measured yet
-//     (new, or back after ActiveWindow idle). A unit is never of a better
-//     class than its flow's units queued ahead of it.
+//     (new, or back after ActiveWindow idle). A flow new or back after idle
+//     also starts at a load of SparseDepth: it shows that it is light rather
+//     than that it is heavy (sixteen storms starting together, judged by
+//     loads that had fallen to nothing while they were idle, ran as sparse
+//     and deep work; the light realm beside them, slowed, crossed SparseDepth
+//     first and was refused as backlogged while they read on: x8.6-9.4 its
+//     baseline p99 in three -only many runs of seven, none in five with this
+//     start). A unit is never of a better class than its flow's units queued
+//     ahead of it.
 //   - While several flows are active, backlogged units together hold
 //     BackloggedSeats (half the cores), and one flow never measured may take
 //     a probe seat besides; deep work of a flow holding SparseDepth seats
@@ -575,6 +582,11 @@ func (c *Controller) lookup(l *level, name string, now time.Time) *flow {
 			}
 		}
 		f.estimate, f.measured = est, false
+		if l.lvl == Interactive {
+			// It starts loaded, too: a flow shows that it is light by its
+			// load falling, not that it is heavy by its load rising.
+			f.load, f.loadAt, f.loaded = max(f.load, float64(c.cfg.SparseDepth)), now, true
+		}
 	}
 	if l.lvl == Interactive && !now.Before(f.activeTill) && f.idle() {
 		c.active++ // sweep recounts; until then an arrival counts once

@@ -116,11 +116,18 @@ func now(t *testing.T, c *Controller, flow string) func() {
 }
 
 // measure runs one unit of each flow, so that the controller knows what
-// they cost: a flow not measured yet runs as backlogged work.
+// they cost: a flow not measured yet runs as backlogged work. A flow also
+// starts loaded, until its load falls below SparseDepth; measure stands for
+// that time too, and leaves each flow's load at nothing (tests of the
+// start itself do not call it).
 func measure(t *testing.T, c *Controller, flows ...string) {
 	t.Helper()
 	for _, f := range flows {
 		now(t, c, f)()
+		c.mu.Lock()
+		g := c.levels[Interactive].flows[f]
+		g.load, g.loaded = 0, false
+		c.mu.Unlock()
 	}
 }
 
@@ -1189,4 +1196,45 @@ func TestARealmsBackgroundWorkCountsInItsLoad(t *testing.T) {
 	}
 	require.Equal(t, 0, c.InUse(Interactive))
 	require.Equal(t, 0, c.InUse(Background))
+}
+
+// A realm arriving, or back after ActiveWindow idle, starts loaded: beside
+// another active realm its units wait as backlogged work, even once its
+// first is measured, until its load has fallen below SparseDepth; then a
+// unit of it with few of its own outstanding is sparse. Sixteen storms
+// starting together beside a light realm, judged by loads that had fallen
+// to nothing while they were idle, ran as sparse and deep work; the light
+// realm, slowed, crossed SparseDepth first and was refused as backlogged
+// while they read on (three -only many runs of seven).
+func TestAnArrivingRealmStartsLoaded(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats, cfg.BackloggedSeats, cfg.WaitBound = 4, 1, time.Hour })
+	measure(t, c, "victim")
+	v := now(t, c, "victim") // active all along
+	out := make(chan grant, 2)
+	arrive := func() {
+		now(t, c, "storm")()       // not measured: the backlogged seat; measured now
+		held := now(t, c, "storm") // loaded: the backlogged seat again
+		ask(c, "storm", Interactive, out)
+		awaitQueued(t, c, "storm", Interactive, 1) // two seats free, but not for a flow still loaded
+		require.Equal(t, 2, c.InUse(Interactive))
+		held()
+		next(t, out).release()
+	}
+	arrive()
+
+	// Its load falls while it has little outstanding: then it is sparse.
+	k.advance(500 * time.Millisecond)
+	require.Less(t, c.load("storm"), 0.3)
+	a := now(t, c, "storm")
+	b := now(t, c, "storm") // one of its own in flight: sparse, a free seat at once
+	require.Equal(t, 3, c.InUse(Interactive))
+	a()
+	b()
+
+	// Back after ActiveWindow idle, it starts loaded again.
+	k.advance(2 * time.Second)
+	arrive()
+	v()
+	require.Equal(t, 0, c.InUse(Interactive))
 }
