@@ -9,8 +9,12 @@
 // emits nothing, and a crash after the commit loses nothing. A worker claims
 // an event with a lease; evaluating it deletes it, applies the row actions and
 // records the run and its webhook deliveries in one transaction as the
-// event's realm, so a row action happens once. A webhook delivery keeps one id
-// (the Standard Webhooks webhook-id) across its retries and a replay.
+// event's realm, so a row action happens once. Its webhook deliveries are
+// recorded already claimed by the evaluating worker, which makes their first
+// attempts as soon as the transaction commits, with no second claim; if the
+// worker stops first, a delivery is claimed again when its lease runs out.
+// A webhook delivery keeps one id (the Standard Webhooks webhook-id) across
+// its retries and a replay.
 //
 // The queue is Appdor's own, in PostgreSQL, rather than River: OSS River
 // fetches one shared FIFO per queue (per-tenant concurrency is River Pro

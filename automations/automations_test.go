@@ -656,6 +656,48 @@ func TestAStoppingWorkerGivesBackItsDelivery(t *testing.T) {
 	require.Equal(t, 1, run.Attempts)
 }
 
+// TestAFirstAttemptInFlightIsLeased: the evaluation records its webhook
+// delivery already claimed, its first attempt under a lease, for its worker
+// to send once the evaluation commits; while that request is in flight the
+// idle workers polling beside it do not send it again, and the attempt is
+// counted once.
+func TestAFirstAttemptInFlightIsLeased(t *testing.T) {
+	t.Parallel()
+	db := isolate(t)
+	inFlight, answer := make(chan struct{}), make(chan struct{})
+	s := newSink(t, func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			close(inFlight)
+			<-answer
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	f := setup(t, db.app(t, func(c *automations.Config) { c.Workers = 4 }))
+	a := f.create(map[string]any{"name": "x", "trigger": map[string]any{"event": "row.created"}, "actions": []any{webhook(s.srv.URL)}})
+	f.insert(map[string]any{"name": "a"})
+	select {
+	case <-inFlight:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the webhook was never sent")
+	}
+	var state string
+	var attempts int
+	var leased bool
+	require.NoError(t, db.pool.QueryRow(t.Context(),
+		`SELECT state, attempts, next_attempt_at > now() + interval '1 minute' FROM webhook_deliveries WHERE realm_id = $1`,
+		f.tenant.RealmID).Scan(&state, &attempts, &leased))
+	require.Equal(t, "pending", state)
+	require.Equal(t, 1, attempts, "recorded as its first attempt")
+	require.True(t, leased, "leased to the worker sending it")
+	time.Sleep(300 * time.Millisecond) // three idle workers poll meanwhile
+	require.Len(t, s.received(), 1, "no other worker sends it while its request is in flight")
+	close(answer)
+	run := f.awaitRun(a["id"].(string), "succeeded")
+	require.Equal(t, 1, run.Attempts)
+	require.Equal(t, 1, run.Deliveries[0].Attempts)
+	require.Len(t, s.received(), 1)
+}
+
 func TestRetryAfterIsHonoured(t *testing.T) {
 	t.Parallel()
 	f := setup(t, newApp(t, nil))

@@ -171,8 +171,7 @@ type delivery struct {
 // background seat of the realm; the request does not (see the package doc).
 func (s *Service) deliverNext(ctx context.Context) bool {
 	var d delivery
-	lease := max(s.cfg.Lease, s.cfg.DeliveryTimeout+30*time.Second)
-	realm, ok, err := s.deliveries.claim(ctx, lease, &d.realm, &d.id, &d.attempts)
+	realm, ok, err := s.deliveries.claim(ctx, s.deliveryLease(), &d.realm, &d.id, &d.attempts)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error("automations: claiming a delivery", slog.String("error", err.Error()))
@@ -192,6 +191,19 @@ func (s *Service) deliverNext(ctx context.Context) bool {
 		}
 		return true // gone with its automation, or replayed meanwhile, or shutting down
 	}
+	s.attempt(ctx, &d)
+	return true
+}
+
+// deliveryLease is how long a claimed delivery is its worker's: its
+// request's timeout and time to record the answer.
+func (s *Service) deliveryLease() time.Duration {
+	return max(s.cfg.Lease, s.cfg.DeliveryTimeout+30*time.Second)
+}
+
+// attempt sends a claimed delivery once, outside any seat, and records the
+// answer under a background seat of its realm.
+func (s *Service) attempt(ctx context.Context, d *delivery) {
 	start := time.Now()
 	out := s.sender.send(ctx, d.url, d.id, d.secret, d.payload)
 	s.metrics.attempt.Observe(time.Since(start).Seconds())
@@ -199,21 +211,20 @@ func (s *Service) deliverNext(ctx context.Context) bool {
 		// Shutting down mid-request: the attempt is not counted, and the
 		// same webhook-id is sent again, which receivers deduplicate on.
 		s.abandon(ctx, s.deliveries, d.realm, d.id, d.attempts)
-		return true
+		return
 	}
 	// The answer is recorded even if the server is stopping meanwhile.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	release, err := s.acquire(rctx, d.realm)
 	if err != nil {
-		return true
+		return
 	}
 	defer release()
-	if err := s.wdb.Tx(rctx, d.realm, func(tx pgx.Tx) error { return s.record(rctx, tx, &d, out) }); err != nil {
+	if err := s.wdb.Tx(rctx, d.realm, func(tx pgx.Tx) error { return s.record(rctx, tx, d, out) }); err != nil {
 		s.log.Error("automations: recording a delivery", slog.String("realm", d.realm.String()),
 			slog.String("delivery", d.id), slog.String("error", err.Error()))
 	}
-	return true
 }
 
 // readDelivery reads what an attempt needs, under a background seat.

@@ -31,6 +31,9 @@ type event struct {
 	// written is what the evaluation's actions wrote, for Service.Live
 	// once it has committed.
 	written []tableWrite
+	// direct is the webhook deliveries the evaluation recorded already
+	// claimed, for its worker to attempt once it has committed.
+	direct []delivery
 }
 
 // tableWrite is one action's write batch of one table.
@@ -96,11 +99,9 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 		return true
 	}
 	defer release()
-	var deliveries int
 	err = s.wdb.Tx(ctx, e.realm, func(tx pgx.Tx) (err error) {
-		e.written = e.written[:0] // a retried transaction starts over
-		deliveries, err = s.evaluate(ctx, tx, &e)
-		return err
+		e.written, e.direct = e.written[:0], e.direct[:0] // a retried transaction starts over
+		return s.evaluate(ctx, tx, &e)
 	})
 	if err == nil && s.Live != nil {
 		for _, w := range e.written {
@@ -113,9 +114,12 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 		s.abandon(ctx, s.events, e.realm, e.id, e.attempts) // shutting down: rolled back
 	case err != nil:
 		s.failEvent(ctx, &e, err)
-	case deliveries > 0:
-		s.deliveries.poke()
-		s.poke()
+	default:
+		// Committed: its webhooks' first attempts, outside the seat.
+		release()
+		for i := range e.direct {
+			s.attempt(ctx, &e.direct[i])
+		}
 	}
 	return true
 }
@@ -146,23 +150,22 @@ func (s *Service) failEvent(ctx context.Context, e *event, cause error) {
 }
 
 // evaluate consumes the event and runs each enabled automation of its table
-// whose trigger it fires, in tx; it returns the webhook deliveries it queued.
-func (s *Service) evaluate(ctx context.Context, tx pgx.Tx, e *event) (int, error) {
+// whose trigger it fires, in tx; the webhook deliveries it records are in e.direct.
+func (s *Service) evaluate(ctx context.Context, tx pgx.Tx, e *event) error {
 	tag, err := tx.Exec(ctx, `DELETE FROM automation_events WHERE realm_id = $1 AND id = $2 AND attempts = $3`,
 		e.realm, e.id, e.attempts)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if tag.RowsAffected() == 0 {
-		return 0, errLost
+		return errLost
 	}
 	autos, err := listAutomations(ctx, tx, e.realm, e.table, true)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	change := grid.Change{Event: e.kind, Fields: e.fields}
 	var t *grid.Table
-	deliveries := 0
 	for i := range autos {
 		a := &autos[i]
 		if !a.Trigger.matches(change) {
@@ -171,18 +174,16 @@ func (s *Service) evaluate(ctx context.Context, tx pgx.Tx, e *event) (int, error
 		if t == nil {
 			if t, err = grid.LoadTable(ctx, tx, e.realm, e.table); err != nil {
 				if appdor.ErrorCode(err) == appdor.ENotFound {
-					return deliveries, nil // the table is gone, and its automations with it
+					return nil // the table is gone, and its automations with it
 				}
-				return deliveries, err
+				return err
 			}
 		}
-		n, err := s.run(ctx, tx, e, t, a)
-		if err != nil {
-			return deliveries, err
+		if err := s.run(ctx, tx, e, t, a); err != nil {
+			return err
 		}
-		deliveries += n
 	}
-	return deliveries, nil
+	return nil
 }
 
 // refusal tells an action's refusal (a cell its field refuses, a table gone,
@@ -198,7 +199,7 @@ func refusal(err error) bool {
 
 // run runs one automation for an event: the condition picks the rows, and
 // if any remain, a run is recorded and the actions applied, all or none.
-func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a *Automation) (int, error) {
+func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a *Automation) error {
 	var rows []grid.Row
 	var matchErr error
 	if e.kind == grid.EventRowDeleted {
@@ -212,15 +213,15 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 			return err
 		})
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if matchErr == nil && len(rows) == 0 {
-			return 0, nil // the condition keeps no row, or the rows are gone: no run
+			return nil // the condition keeps no row, or the rows are gone: no run
 		}
 	}
 	runID, err := uuid.NewV7()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	ids := make([]uuid.UUID, 0, len(rows))
 	for _, r := range rows {
@@ -231,20 +232,20 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 	}
 	if _, err := tx.Exec(ctx, insertRunSQL,
 		e.realm, runID, a.ID, e.kind, e.id, ids, e.hop, e.createdAt, uuidAt(time.Now().Add(-RunRetention))); err != nil {
-		return 0, err
+		return err
 	}
 	n, actErr := 0, matchErr
 	if actErr == nil {
-		kept := len(e.written)
+		kept, keptDirect := len(e.written), len(e.direct)
 		actErr, err = guarded(ctx, tx, a.writes(), func(tx pgx.Tx) (err error) {
 			n, err = s.act(ctx, tx, e, t, a, runID, rows)
 			return err
 		})
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if actErr != nil {
-			e.written, n = e.written[:kept], 0
+			e.written, e.direct, n = e.written[:kept], e.direct[:keptDirect], 0
 		}
 	}
 	status := "succeeded"
@@ -268,11 +269,11 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 		if _, err := tx.Exec(ctx,
 			`UPDATE automation_runs SET status = $3, last_error = $4, finished_at = now() WHERE realm_id = $1 AND id = $2`,
 			e.realm, runID, status, lastError); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	s.metrics.runs.WithLabelValues(status).Inc()
-	return n, nil
+	return nil
 }
 
 // guarded runs fn, in a savepoint of tx when fn can be refused (a condition
@@ -390,12 +391,20 @@ func (s *Service) act(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 			if err != nil {
 				return 0, err
 			}
-			if _, err := tx.Exec(ctx,
-				`INSERT INTO webhook_deliveries (realm_id, id, automation_id, action_id, run_id, url, payload, queued_at)
-				 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-				e.realm, newMessageID(), a.ID, ac.ID, runID, ac.URL, body, e.createdAt); err != nil {
+			// Recorded as claimed by this worker (its first attempt), which
+			// sends it as soon as the evaluation commits: no second claim.
+			d := delivery{realm: e.realm, id: newMessageID(), attempts: 1, url: ac.URL, payload: body,
+				queuedAt: e.createdAt, automation: a.ID, action: ac.ID, run: runID}
+			if err := tx.QueryRow(ctx,
+				`INSERT INTO webhook_deliveries (realm_id, id, automation_id, action_id, run_id, url, payload, queued_at,
+				                                 attempts, next_attempt_at)
+				 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, now() + $9::bigint * interval '1 millisecond')
+				 RETURNING (SELECT coalesce(a.secrets ->> $4, '') FROM automations a WHERE a.realm_id = $1 AND a.id = $3)`,
+				d.realm, d.id, d.automation, d.action, d.run, d.url, d.payload, d.queuedAt,
+				s.deliveryLease().Milliseconds()).Scan(&d.secret); err != nil {
 				return 0, err
 			}
+			e.direct = append(e.direct, d)
 			n++
 		}
 	}
