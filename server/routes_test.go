@@ -113,6 +113,10 @@ func saturate(t testing.TB, ctl *fairness.Controller, realm string) {
 	for _, flow := range []string{"someone else", realm} {
 		acquire(flow)() // measured: neither runs as work of unknown cost
 	}
+	// A realm arrives loaded (its averaged depth at SparseDepth) and shows
+	// that it is light as that average falls: a quarter of a second (the
+	// controller's load window) lets it fall well below.
+	time.Sleep(300 * time.Millisecond)
 	hold(acquire("someone else"))
 	sparse, deep := acquire(realm), acquire(realm)
 	queue()              // deep, it waits (the last free seat is not for a realm holding two); the full queue marks it
