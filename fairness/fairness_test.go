@@ -864,8 +864,8 @@ func TestBackgroundWorkRestsWhileAnotherRealmIsActive(t *testing.T) {
 	require.NoError(t, err)
 
 	measure(t, c, "reader") // another realm is active now
-	k.advance(200 * time.Millisecond)
-	rel() // it rests 400 ms, and may start again with 100 ms of them left
+	k.advance(600 * time.Millisecond)
+	rel() // it rests 1,200 ms, and may start again with backgroundSlack (1 s) of them left
 	require.Equal(t, 0, c.InUse(Background), "the realm rests, not the seat")
 	out := make(chan grant, 2)
 	ask(c, "importer", Background, out)
@@ -879,7 +879,7 @@ func TestBackgroundWorkRestsWhileAnotherRealmIsActive(t *testing.T) {
 	quiet, err = c.Acquire(context.Background(), "quiet", Background)
 	require.NoError(t, err)
 	quiet()
-	k.advance(294 * time.Millisecond)
+	k.advance(194 * time.Millisecond)
 	none(t, out)
 	k.advance(time.Millisecond)
 	g := next(t, out)
