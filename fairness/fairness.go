@@ -42,8 +42,9 @@
 //     only while another flow is active; a refusal is 429
 //     concurrency_limited with Retry-After.
 //   - Background: a realm runs one unit at a time and, while another realm
-//     is active, rests twice as long as each unit ran, or each step of a
-//     long unit (Rest), keeping its seat between steps.
+//     is active, rests BackgroundRest times as long as each unit ran, or
+//     each step of a long unit (Rest), keeping its seat between steps; it
+//     may run up to backgroundSlack ahead of its rests.
 //
 // Acquire is the one entry point; Middleware is Acquire for HTTP requests.
 // fairness knows nothing of grid or tenancy: a flow is a string to it.
