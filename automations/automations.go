@@ -175,7 +175,9 @@ func (cfg Config) Sized() Config {
 func realmSlots(workers int) int { return max(1, workers/2) }
 
 // Gate runs a unit of a realm's background work under the fairness
-// controller's background level; release gives the seat back.
+// controller's background level; release gives the seat back, and calling
+// it again does nothing (an evaluation gives its seat back before sending
+// its webhooks, and again, deferred, on every other path).
 type Gate interface {
 	Acquire(ctx context.Context, realm string) (release func(), err error)
 }
