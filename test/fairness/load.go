@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +26,7 @@ type sample struct {
 	ErrCode    string // the error code of a non-2xx JSON answer
 	RetryAfter string
 	Failed     string // transport error or timeout
+	Kind       string // method and path of an open-model arm's request, for -only breakdowns
 }
 
 func (s sample) ok() bool { return s.Failed == "" && s.Code >= 200 && s.Code < 300 }
@@ -172,7 +176,7 @@ func openArmTargeter(ctx context.Context, rec *recorder, arm string, rate int, t
 		if lat < r.Latency {
 			lat = r.Latency
 		}
-		s := sample{Arm: arm, At: intended.Sub(rec.start), Latency: lat, Code: int(r.Code), Failed: r.Error}
+		s := sample{Arm: arm, At: intended.Sub(rec.start), Latency: lat, Code: int(r.Code), Failed: r.Error, Kind: r.Method + " " + kindOf(r.URL)}
 		if r.Code >= 300 {
 			s.ErrCode = errorCode(r.Body)
 			s.RetryAfter = r.Headers.Get("Retry-After")
@@ -284,4 +288,22 @@ func clientFor(token string) *http.Client {
 
 func bearer(token string) http.Header {
 	return http.Header{"Authorization": []string{"Bearer " + token}}
+}
+
+// kindOf is a request URL's path with its query's keys, so that the samples
+// of an arm that mixes requests can be told apart.
+func kindOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	var keys []string
+	for k := range u.Query() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) == 0 {
+		return u.Path
+	}
+	return u.Path + "?" + strings.Join(keys, ",")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -146,6 +147,29 @@ func progress(scenario, ph string, rec *recorder, arms ...string) {
 	fmt.Printf("%-8s %-9s %s\n", scenario, ph, strings.Join(parts, "  "))
 }
 
+// byKind prints, per phase, the latency of each kind of request the given
+// arms sent together (an editor's read, list, search and save), for -only
+// runs: which request makes a mixed arm's tail.
+func byKind(scenario string, rec *recorder, phases []string, arms ...string) {
+	for _, ph := range phases {
+		kinds := map[string][]sample{}
+		for _, arm := range arms {
+			for _, s := range rec.sel(arm, ph) {
+				kinds[s.Kind] = append(kinds[s.Kind], s)
+			}
+		}
+		names := make([]string, 0, len(kinds))
+		for k := range kinds {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			st := summarize(kinds[k])
+			fmt.Printf("%-8s %-9s %-48s n=%d p50=%.1fms p95=%.1fms p99=%.1fms\n", scenario, ph, k, st.N, st.P50, st.P95, st.P99)
+		}
+	}
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) {
 	select {
 	case <-time.After(d):
@@ -275,6 +299,7 @@ func runNoisy(ctx context.Context, p plan, base string, a, b *tenant, editorsA [
 	wg.Wait()
 	rec.end()
 	progress("noisy", "noise", rec, "editor-a1", "editor-a2", "editor-b", "agent")
+	byKind("noisy", rec, []string{"baseline", "noise"}, "editor-a1", "editor-a2", "editor-b")
 
 	merge := func(ph string, arms ...string) stats {
 		var ss []sample
