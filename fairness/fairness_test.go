@@ -864,12 +864,12 @@ func TestBackgroundWorkRestsWhileAnotherRealmIsActive(t *testing.T) {
 	require.NoError(t, err)
 
 	measure(t, c, "reader") // another realm is active now
+	out := make(chan grant, 2)
+	ask(c, "importer", Background, out) // more of its work waits: it is backlogged
+	awaitQueued(t, c, "importer", Background, 1)
 	k.advance(600 * time.Millisecond)
 	rel() // it rests 1,200 ms, and may start again with backgroundSlack (1 s) of them left
 	require.Equal(t, 0, c.InUse(Background), "the realm rests, not the seat")
-	out := make(chan grant, 2)
-	ask(c, "importer", Background, out)
-	awaitQueued(t, c, "importer", Background, 1)
 	quiet, err := c.Acquire(context.Background(), "quiet", Background)
 	require.NoError(t, err, "another realm's background work takes the seat during the rest")
 	k.advance(5 * time.Millisecond)
@@ -885,6 +885,44 @@ func TestBackgroundWorkRestsWhileAnotherRealmIsActive(t *testing.T) {
 	g := next(t, out)
 	require.NoError(t, g.err)
 	require.Equal(t, "importer", g.flow)
+	g.release()
+}
+
+// A realm's background unit with nothing of its realm's waiting behind it
+// owes no rest, however long it ran: on cores a storm keeps busy, a quiet
+// realm's one automation runs long, and resting for it would hold the next.
+// The same unit run as steps (Rest) rests at its end as between its steps.
+func TestALoneBackgroundUnitOwesNoRest(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.BackgroundSeats = 1 })
+	rel, err := c.Acquire(context.Background(), "quiet", Background)
+	require.NoError(t, err)
+	k.advance(2 * time.Second) // far beyond backgroundSlack, rested twice as long
+	measure(t, c, "reader")    // another realm is active
+	rel()
+	out := make(chan grant, 1)
+	ask(c, "quiet", Background, out)
+	g := next(t, out)
+	require.NoError(t, g.err, "nothing waited behind its unit: no rest")
+	rel = g.release
+
+	// Run as steps, it rests at its end too.
+	measure(t, c, "reader") // active again
+	k.advance(10 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() { done <- c.Rest(context.Background(), "quiet") }()
+	require.Eventually(t, func() bool { return k.pending() == 1 }, 5*time.Second, time.Millisecond)
+	k.advance(20 * time.Millisecond)
+	require.NoError(t, <-done)
+	k.advance(600 * time.Millisecond)
+	rel() // it rests 1,200 ms, and may start again with backgroundSlack (1 s) of them left
+	ask(c, "quiet", Background, out)
+	awaitQueued(t, c, "quiet", Background, 1)
+	k.advance(199 * time.Millisecond)
+	none(t, out)
+	k.advance(time.Millisecond)
+	g = next(t, out)
+	require.NoError(t, g.err)
 	g.release()
 }
 
