@@ -16,10 +16,10 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
-// plan holds the scenarios' sizes. Every phase whose victim latency is
-// gated lasts long enough for at least 1,000 victim samples (6 s at 200/s);
-// a full run takes about three and a half minutes on a 2-core machine (more
-// when the controlled storm is slow to finish its 3,000 reads).
+// plan holds the scenarios' sizes. Every phase whose latency is gated lasts
+// long enough for at least 200 samples of each arm it gates (a p99 over 200
+// is the second slowest, a p95 the tenth), and the victim's for 1,000 (6 s
+// at 200/s); a full run takes about ten minutes on a 2-core machine.
 type plan struct {
 	VictimRate    int
 	Warmup        time.Duration
@@ -33,7 +33,7 @@ type plan struct {
 	FloorStorm    time.Duration
 	EditorRate    int
 	AgentRate     int
-	Noise         time.Duration
+	Noise         time.Duration // the editors' baseline, and then the agent's noise: long enough for 200 samples of the one editor of realm B, so that its p95 is not the fourth slowest of 80
 	ManyRealms    int
 	ManyWorkers   int
 	ManyStorm     time.Duration
@@ -57,7 +57,7 @@ type plan struct {
 	AutoImportRows   int           // S's CSV import
 	AutoPatchWorkers int           // S's batch-update workers, 100 rows a patch
 	AutoPatches      int64         // S's patches in all: the storm's work is a fixed amount, however long the import takes
-	AutoBaseline     time.Duration // Q alone: long enough for 200 automation samples, so their p99 is not just the slowest of 60
+	AutoBaseline     time.Duration // Q alone: long enough for 400 automation samples, so that their p99 is not the second slowest of 200
 	AutoDrain        time.Duration // how long after recovery S's and Q's automations may take to finish
 }
 
@@ -75,7 +75,7 @@ func defaultPlan() plan {
 		FloorStorm:    6 * time.Second,
 		EditorRate:    10,
 		AgentRate:     600,
-		Noise:         8 * time.Second,
+		Noise:         20 * time.Second,
 		ManyRealms:    16,
 		ManyWorkers:   4,
 		ManyStorm:     6 * time.Second,
@@ -99,7 +99,7 @@ func defaultPlan() plan {
 		AutoImportRows:   100_000,
 		AutoPatchWorkers: 2,
 		AutoPatches:      400,
-		AutoBaseline:     20 * time.Second,
+		AutoBaseline:     40 * time.Second,
 		AutoDrain:        120 * time.Second,
 	}
 }
