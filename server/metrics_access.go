@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -127,6 +128,26 @@ func (a *App) mountMetrics(e *echo.Echo) {
 	e.GET("/metrics", echo.WrapHandler(a.metricsHandler()))
 }
 
+// profilesHandler serves net/http/pprof's index and profiles to whoever may
+// read /metrics (metricsAccess): they show the server's code and what it is
+// doing, never a realm's data. Not its command line, which may hold a
+// secret given as a flag.
+func (a *App) profilesHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index) // and the runtime's named profiles: heap, goroutine, ...
+	mux.Handle("/debug/pprof/cmdline", http.NotFoundHandler())
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := a.metricsAccess(r); err != nil {
+			writeMetricsRefusal(w, err)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
 // serveMetrics serves /metrics on Config.MetricsListen until the returned
 // stop is called; with none set it does nothing.
 func (a *App) serveMetrics() (stop func(), err error) {
@@ -139,8 +160,15 @@ func (a *App) serveMetrics() (stop func(), err error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.metricsHandler())
+	write := 30 * time.Second
+	if a.cfg.Pprof {
+		mux.Handle("GET /debug/pprof/", a.profilesHandler())
+		write = 2 * time.Minute // a CPU profile or a trace runs for ?seconds= before it writes
+		a.log.Info("pprof=on: Go's profiles under /debug/pprof/ on --metrics-listen",
+			slog.String("flag", "pprof"), slog.String("metrics_listen", ln.Addr().String()))
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute,
+		WriteTimeout: write, IdleTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	a.log.Info("serving /metrics", slog.String("metrics_listen", ln.Addr().String()))
 	done := make(chan struct{})

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -103,6 +104,59 @@ func TestMetricsListen(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusNotFound, res.StatusCode, "the metrics listener serves /metrics only")
+	res, err = http.Get("http://" + metricsAddr + "/debug/pprof/heap")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusNotFound, res.StatusCode, "no profiles without --pprof")
+}
+
+// TestPprofOnTheMetricsListener: with Pprof, Go's profiles are served on the
+// metrics listener to whoever may read /metrics there (here, the bearer of
+// the metrics token), but not the command line, and never on the main
+// listener.
+func TestPprofOnTheMetricsListener(t *testing.T) {
+	t.Parallel()
+	const token = "pprof-metrics-token-0123"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	metricsAddr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	app := testenv.NewApp(t, func(c *server.Config) { c.MetricsListen, c.MetricsToken, c.Pprof = metricsAddr, token, true })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- app.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	get := func(path string, auth bool) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+metricsAddr+path, nil)
+		require.NoError(t, err)
+		if auth {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	require.Eventually(t, func() bool { code, _ := get("/metrics", true); return code == http.StatusOK }, 5*time.Second, 10*time.Millisecond)
+
+	code, body := get("/debug/pprof/goroutine?debug=1", false)
+	require.Equal(t, http.StatusUnauthorized, code, "%s", body)
+	code, body = get("/debug/pprof/goroutine?debug=1", true)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "goroutine profile:")
+	code, body = get("/debug/pprof/profile?seconds=1", true)
+	require.Equal(t, http.StatusOK, code)
+	require.NotEmpty(t, body, "a CPU profile")
+	code, _ = get("/debug/pprof/cmdline", true)
+	require.Equal(t, http.StatusNotFound, code, "the command line may hold a secret")
+	main := app.Do(t, http.MethodGet, "/debug/pprof/goroutine?debug=1", "", nil)
+	require.NotContains(t, string(main.Body), "goroutine profile:", "never on the main listener")
 }
 
 // scrape parses /metrics (read from loopback).

@@ -94,6 +94,9 @@ type Config struct {
 	// the bearer token /metrics asks for. With neither, /metrics on the
 	// main listener answers loopback clients only.
 	MetricsListen, MetricsToken string
+	// Pprof serves Go's profiles (net/http/pprof) under /debug/pprof/ on
+	// MetricsListen, to whoever may read /metrics there.
+	Pprof bool
 	// MetricsRealmIdle is how long a realm sends no request before its
 	// series leave /metrics; 0 for DefaultMetricsRealmIdle.
 	MetricsRealmIdle time.Duration

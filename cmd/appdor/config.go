@@ -79,6 +79,7 @@ var (
 	// Who may read /metrics, which names realms; with neither set, loopback clients of the main listener only.
 	sMetricsListen    = setting{"metrics-listen", "APPDOR_METRICS_LISTEN", "", "serve /metrics on this address only (e.g. 127.0.0.1:9090), not on --listen"}
 	sMetricsToken     = setting{"metrics-token", "APPDOR_METRICS_TOKEN", "", "bearer token /metrics asks for (at least 16 characters; prefer the variable: a flag shows in the process list)"}
+	sPprof            = setting{"pprof", "APPDOR_PPROF", "off", "serve Go's profiles (/debug/pprof/: CPU, heap, goroutines, execution trace) beside /metrics on --metrics-listen, which it needs, for its readers (--metrics-token)"}
 	sMetricsRealmIdle = setting{"metrics-realm-idle", "APPDOR_METRICS_REALM_IDLE", "10m", "a realm's series leave /metrics after it has sent no request for this long (at least 2m)"}
 
 	// Time bounds of the HTTP server and of its shutdown.
@@ -119,7 +120,7 @@ var connSettings = []setting{sDatabaseURL, sMigrateURL, sRedisURL}
 var serveSettings = []setting{sListen, sMaxConns, sStmtTimeout, sAcqTimeout, sBodyLimit, sMigrate, sLogLevel, sLimiter, sRealmRPM,
 	sFairness, sFairSeats, sFairBgSeats, sFairBgRest, sFairBackRest, sFairQueue, sFairWait, sFairRetryAfter,
 	sLoginConcurrency, sCSVBodyLimit, sUnauthRate, sUnauthBurst, sLookupTimeout, sRelookups, sLoginAddress, sLoginAccount, sTrustedProxies, sHSTS,
-	sMetricsListen, sMetricsToken, sMetricsRealmIdle,
+	sMetricsListen, sMetricsToken, sMetricsRealmIdle, sPprof,
 	sReadHeaderTimeout, sReadTimeout, sWriteTimeout, sIdleTimeout, sStreamTimeout, sShutdownDrain,
 	sAutoWorkers, sAutoPool, sAutoBacklog, sAutoMaxHops, sWebhookTime, sWebhookPriv, sWebhookCIDRs,
 	sLiveStreams, sLiveStreamsRealm, sLiveStreamsUser, sLiveIdleTimeout, sLiveWriteTimeout, sLiveWriters}
@@ -397,6 +398,14 @@ func metricsConfig(cmd *cobra.Command, cfg *server.Config) error {
 			return configError(sMetricsListen, "%q is also --listen; give /metrics an address of its own", cfg.MetricsListen)
 		}
 	}
+	pprof, err := boolean(cmd, sPprof)
+	if err != nil {
+		return err
+	}
+	if pprof && cfg.MetricsListen == "" {
+		return configError(sPprof, "profiles are served on --metrics-listen only; set it too (e.g. 127.0.0.1:9090)")
+	}
+	cfg.Pprof = pprof
 	if cfg.MetricsToken != "" && len(cfg.MetricsToken) < 16 {
 		return configError(sMetricsToken, "the token is shorter than 16 characters")
 	}

@@ -27,6 +27,7 @@ func TestHardeningSettings(t *testing.T) {
 	require.False(t, cfg.HSTS)
 	require.Empty(t, cfg.MetricsListen)
 	require.Empty(t, cfg.MetricsToken)
+	require.False(t, cfg.Pprof)
 	require.Equal(t, 10*time.Minute, cfg.MetricsRealmIdle)
 	require.Equal(t, 30, cfg.LoginAddressPerMinute)
 	require.Equal(t, 10, cfg.LoginAccountPerMinute)
@@ -38,12 +39,13 @@ func TestHardeningSettings(t *testing.T) {
 	require.Equal(t, 250*time.Millisecond, cfg.LookupTimeout)
 	require.Equal(t, 3, cfg.RelookupConcurrency)
 
-	cfg, err = parsedServe(t, "--hsts", "on", "--metrics-listen", "127.0.0.1:9090", "--metrics-realm-idle", "5m",
+	cfg, err = parsedServe(t, "--hsts", "on", "--metrics-listen", "127.0.0.1:9090", "--metrics-realm-idle", "5m", "--pprof", "on",
 		"--login-address-attempts-per-minute", "0", "--login-account-attempts-per-minute", "3")
 	require.NoError(t, err)
 	require.True(t, cfg.HSTS)
 	require.Equal(t, "127.0.0.1:9090", cfg.MetricsListen)
 	require.Equal(t, 5*time.Minute, cfg.MetricsRealmIdle)
+	require.True(t, cfg.Pprof)
 	require.Negative(t, cfg.LoginAddressPerMinute, "0 turns it off")
 	require.Equal(t, 3, cfg.LoginAccountPerMinute)
 
@@ -56,6 +58,7 @@ func TestHardeningSettings(t *testing.T) {
 		{[]string{"--metrics-listen", ":8080", "--listen", ":8080"}, "APPDOR_METRICS_LISTEN"},
 		{[]string{"--metrics-token", "tiny-secret"}, "APPDOR_METRICS_TOKEN"},
 		{[]string{"--metrics-realm-idle", "30s"}, "APPDOR_METRICS_REALM_IDLE"},
+		{[]string{"--pprof", "on"}, "APPDOR_PPROF"}, // without --metrics-listen
 		{[]string{"--login-address-attempts-per-minute", "-1"}, "APPDOR_LOGIN_ADDRESS_ATTEMPTS_PER_MINUTE"},
 		{[]string{"--login-account-attempts-per-minute", "many"}, "APPDOR_LOGIN_ACCOUNT_ATTEMPTS_PER_MINUTE"},
 		{[]string{"--lookup-timeout", "0s"}, "APPDOR_LOOKUP_TIMEOUT"},
