@@ -899,7 +899,7 @@ func copyFile(from, to string) {
 }
 
 // printRefusals prints the controller's refusal counters for realm, by
-// reason, for -only runs.
+// reason, and its waits for a seat (cumulative buckets), for -only runs.
 func printRefusals(base, realm string) {
 	res, err := http.Get(base + "/metrics")
 	if err != nil {
@@ -908,7 +908,8 @@ func printRefusals(base, realm string) {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, realm) && strings.HasPrefix(l, "appdor_fairness_refused") {
+		if strings.Contains(l, realm) && (strings.HasPrefix(l, "appdor_fairness_refused") ||
+			strings.HasPrefix(l, "appdor_fairness_wait_seconds_bucket")) {
 			fmt.Println(l)
 		}
 	}
