@@ -92,6 +92,7 @@ var (
 	quick   = flag.Bool("quick", false, "a short run to check the harness itself; its verdict proves nothing")
 	only    = flag.String("only", "", "run just this scenario (storm, noisy, many, floor, import, lone, unauth) and print its phases, with no verdict: for tuning")
 	workers = flag.Int("storm-workers", 0, "with -only storm: the storm realm's concurrent workers instead of 60 (with APPDOR_FAIRNESS=off and 1 or 2 workers, what a controller admitting that many storm reads at a time could at best give the victim; -only floor does this on a server of its own)")
+	keep    = flag.Bool("keep-database", false, "keep the run's database afterwards for inspection (its name is printed), instead of dropping it")
 	hold    = flag.Bool("hold-streams", false, "run as the live arm's stream holder (the harness starts it itself): open the event streams described on standard input, report on standard output, drain them until standard input closes")
 	mode    = flag.String("gate", "all", "all: every gate decides the run; wiring: only the gates that show the controller on the request path and the harness able to tell a missing one decide, the latency bounds are reported (make test, on shared CI machines)")
 )

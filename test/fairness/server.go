@@ -69,6 +69,10 @@ func (s *stack) dropDatabase() {
 	if s.dbName == "" {
 		return
 	}
+	if *keep {
+		fmt.Println("harness: database kept:", s.dbName)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.adminURL)
