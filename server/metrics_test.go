@@ -81,13 +81,7 @@ func TestMetricsListen(t *testing.T) {
 	}
 	metricsAddr, mainAddr := free(), free()
 	app := testenv.NewApp(t, func(c *server.Config) { c.MetricsListen, c.Listen = metricsAddr, mainAddr })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	serveListeners(t, app)
 
 	var res *http.Response
 	require.Eventually(t, func() bool {
@@ -110,6 +104,18 @@ func TestMetricsListen(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, res.StatusCode, "no profiles without --pprof")
 }
 
+// serveListeners runs app's listeners until the test ends.
+func serveListeners(t *testing.T, app *testenv.App) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- app.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
 // TestPprofOnTheMetricsListener: with Pprof, Go's profiles are served on the
 // metrics listener to whoever may read /metrics there (here, the bearer of
 // the metrics token), but not the command line, and never on the main
@@ -122,13 +128,7 @@ func TestPprofOnTheMetricsListener(t *testing.T) {
 	metricsAddr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	app := testenv.NewApp(t, func(c *server.Config) { c.MetricsListen, c.MetricsToken, c.Pprof = metricsAddr, token, true })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	serveListeners(t, app)
 	get := func(path string, auth bool) (int, string) {
 		req, err := http.NewRequest(http.MethodGet, "http://"+metricsAddr+path, nil)
 		require.NoError(t, err)
