@@ -26,7 +26,9 @@ type sample struct {
 	ErrCode    string // the error code of a non-2xx JSON answer
 	RetryAfter string
 	Failed     string // transport error or timeout
-	Kind       string // method and path of an open-model arm's request, for -only breakdowns
+	// Method and URL of an open-model arm's request (vegeta's strings, not
+	// copied), for byKind's breakdown.
+	Method, URL string
 }
 
 func (s sample) ok() bool { return s.Failed == "" && s.Code >= 200 && s.Code < 300 }
@@ -176,7 +178,7 @@ func openArmTargeter(ctx context.Context, rec *recorder, arm string, rate int, t
 		if lat < r.Latency {
 			lat = r.Latency
 		}
-		s := sample{Arm: arm, At: intended.Sub(rec.start), Latency: lat, Code: int(r.Code), Failed: r.Error, Kind: r.Method + " " + kindOf(r.URL)}
+		s := sample{Arm: arm, At: intended.Sub(rec.start), Latency: lat, Code: int(r.Code), Failed: r.Error, Method: r.Method, URL: r.URL}
 		if r.Code >= 300 {
 			s.ErrCode = errorCode(r.Body)
 			s.RetryAfter = r.Headers.Get("Retry-After")
@@ -290,12 +292,12 @@ func bearer(token string) http.Header {
 	return http.Header{"Authorization": []string{"Bearer " + token}}
 }
 
-// kindOf is a request URL's path with its query's keys, so that the samples
-// of an arm that mixes requests can be told apart.
-func kindOf(raw string) string {
+// kindOf is a request's method and URL path with its query's keys, so that
+// the samples of an arm that mixes requests can be told apart.
+func kindOf(method, raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return raw
+		return method + " " + raw
 	}
 	var keys []string
 	for k := range u.Query() {
@@ -303,7 +305,7 @@ func kindOf(raw string) string {
 	}
 	sort.Strings(keys)
 	if len(keys) == 0 {
-		return u.Path
+		return method + " " + u.Path
 	}
-	return u.Path + "?" + strings.Join(keys, ",")
+	return method + " " + u.Path + "?" + strings.Join(keys, ",")
 }

@@ -155,7 +155,8 @@ func byKind(scenario string, rec *recorder, phases []string, arms ...string) {
 		kinds := map[string][]sample{}
 		for _, arm := range arms {
 			for _, s := range rec.sel(arm, ph) {
-				kinds[s.Kind] = append(kinds[s.Kind], s)
+				k := kindOf(s.Method, s.URL)
+				kinds[k] = append(kinds[k], s)
 			}
 		}
 		names := make([]string, 0, len(kinds))
