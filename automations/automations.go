@@ -25,7 +25,11 @@
 // due work (found by a loose index scan, one index probe per realm whatever
 // its backlog), then that realm's oldest due event (FOR UPDATE SKIP LOCKED).
 // Each realm gets one claim a round, so a realm's backlog delays only itself.
-// Webhook deliveries are a second queue with the same dequeue.
+// Webhook deliveries are a second queue with the same dequeue. An event whose
+// realm has nothing in the workers skips the dequeue: at its write's commit
+// it is handed to a worker waiting for work, whose evaluation takes it
+// (deletes it) as its first statement; an event of a realm with work in the
+// workers, or with no worker waiting, is claimed from the queue.
 //
 // Workers run on a small pool of their own, so they never take the API's
 // connections; each evaluation, and each delivery's reading and recording,
@@ -197,6 +201,12 @@ type Service struct {
 	triggers triggerCache
 	backlog  backlog
 	wake     chan struct{}
+	// handed passes a committed event straight to an idle worker (see
+	// handoff); unbuffered, so only a worker waiting for work takes one.
+	handed chan handed
+	// slots bounds each realm's claims, events and deliveries together,
+	// handed events included.
+	slots *slots
 
 	// Set by Start.
 	wdb        *rls.DB // the workers' own pool, realm-scoped
@@ -217,7 +227,11 @@ func New(cfg Config, db *rls.DB, log *slog.Logger, reg prometheus.Registerer) *S
 		log:  log,
 		db:   db,
 		wake: make(chan struct{}, 1),
+		// unbuffered: a handed event is taken by a worker waiting for work,
+		// or not handed
+		handed: make(chan handed),
 	}
+	s.slots = newSlots(realmSlots(s.cfg.Workers))
 	s.metrics = newMetrics(reg)
 	s.triggers.m = map[tableKey]triggerEntry{}
 	s.backlog.sampled, s.backlog.added, s.backlog.logged = map[uuid.UUID]int{}, map[uuid.UUID][]uint64{}, map[uuid.UUID]time.Time{}
@@ -244,8 +258,7 @@ func (s *Service) Start(pool *pgxpool.Pool, statementTimeout time.Duration, gate
 	// each queue, a storm's events held two workers of four and its
 	// deliveries the other two, and a quiet realm's events were not claimed
 	// until the storm's had all run.)
-	perRealm := newSlots(realmSlots(s.cfg.Workers))
-	s.events.slots, s.deliveries.slots = perRealm, perRealm
+	s.events.slots, s.deliveries.slots = s.slots, s.slots
 	s.sender = newSender(s.cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -318,16 +331,42 @@ func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID
 	if fields == nil {
 		fields = []string{}
 	}
-	var xid int64
+	var xid, id int64
 	if err := tx.QueryRow(ctx,
 		`INSERT INTO automation_events (realm_id, table_id, event, row_ids, versions, fields, hop)
 		 VALUES ($1, $2, $3, $4, $5, $6, $7)
-		 RETURNING pg_current_xact_id()::text::bigint`, realm, table, change.Event, ids, versions, fields, hop).Scan(&xid); err != nil {
+		 RETURNING pg_current_xact_id()::text::bigint, id`, realm, table, change.Event, ids, versions, fields, hop).Scan(&xid, &id); err != nil {
 		return err
 	}
 	s.backlog.add(realm, uint64(xid))
-	grid.AfterCommit(ctx, s.poke)
+	grid.AfterCommit(ctx, func() { s.handoff(realm, id) })
 	return nil
+}
+
+// handed is an event handed to a worker at its write's commit.
+type handed struct {
+	realm uuid.UUID
+	id    int64
+}
+
+// handoff gives a just-committed event to a worker waiting for work, when
+// its realm has nothing in the workers (no claim, no evaluation, no
+// delivery): the worker evaluates it at once, skipping the round of realms
+// and the claim, which took a quiet realm's event 1.2 ms at the median and
+// 4.9 ms at p99 beside the automation storm (0.7 and 1.8 ms without it).
+// Otherwise, or when no worker waits, the event waits in the queue and a
+// worker is woken to claim it there: a realm with work in the workers
+// already is served by the fair dequeue, one claim a round, as before.
+func (s *Service) handoff(realm uuid.UUID, id int64) {
+	if s.slots.takeIdle(realm) {
+		select {
+		case s.handed <- handed{realm, id}:
+			return
+		default:
+			s.slots.give(realm)
+		}
+	}
+	s.poke()
 }
 
 // Trigger is what starts an automation.

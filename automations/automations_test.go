@@ -908,6 +908,88 @@ func TestASlowReceiverDoesNotDelayAnotherRealm(t *testing.T) {
 		"the slow realm's events are not claimed while its deliveries hold half the workers")
 }
 
+// TestAQuietRealmsEventIsHandedToAWaitingWorker: a realm with nothing in
+// the workers has its event handed to a waiting worker at the write's
+// commit; its next event, written while its first webhook is in flight, is
+// claimed from the queue.
+func TestAQuietRealmsEventIsHandedToAWaitingWorker(t *testing.T) {
+	t.Parallel()
+	db := isolate(t)
+	// No poll: a worker gets work only when a write wakes it or hands it.
+	app := db.app(t, func(c *automations.Config) { c.Workers, c.PollInterval = 4, time.Hour })
+	release := make(chan struct{})
+	k := newSink(t, func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			<-release
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	f := setup(t, app)
+	a := f.create(map[string]any{"name": "x", "trigger": map[string]any{"event": "row.created"}, "actions": []any{webhook(k.srv.URL)}})
+	f.insert(map[string]any{"name": "first"})
+	k.await(t, 1) // in flight: the realm holds a worker
+	f.insert(map[string]any{"name": "second"})
+	close(release)
+	k.await(t, 2)
+	require.Eventually(t, func() bool {
+		runs := f.runs(a["id"].(string))
+		return len(runs) == 2 && runs[0].Status == "succeeded" && runs[1].Status == "succeeded"
+	}, 15*time.Second, 20*time.Millisecond)
+	var evaluated []string
+	for _, l := range strings.Split(string(f.do("GET", "/metrics", nil).Body), "\n") {
+		if strings.HasPrefix(l, "appdor_automation_events_evaluated_total{") {
+			evaluated = append(evaluated, l)
+		}
+	}
+	require.ElementsMatch(t, []string{`appdor_automation_events_evaluated_total{path="claimed"} 1`,
+		`appdor_automation_events_evaluated_total{path="handed"} 1`}, evaluated)
+	require.Zero(t, pendingEvents(t, db.pool, f.tenant.RealmID))
+}
+
+// TestAHandedEventIsTakenOnce: a handed event that a claim of the queue
+// leased meanwhile is not evaluated by the worker it was handed to, and an
+// event handed twice is evaluated once.
+func TestAHandedEventIsTakenOnce(t *testing.T) {
+	t.Parallel()
+	db := isolate(t)
+	app := db.app(t, func(c *automations.Config) { c.Workers = -1 }) // nothing runs but what the test hands
+	k := newSink(t, nil)
+	f := setup(t, app)
+	a := f.create(map[string]any{"name": "x", "trigger": map[string]any{"event": "row.created"}, "actions": []any{webhook(k.srv.URL)}})
+	f.insert(map[string]any{"name": "first"})
+	f.insert(map[string]any{"name": "second"})
+	realm := f.tenant.RealmID
+	var ids []int64
+	rows, err := db.pool.Query(t.Context(), `SELECT id FROM automation_events WHERE realm_id = $1 ORDER BY id`, realm)
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, ids, 2)
+
+	claimed, ok, err := automations.NewEventQueue(db.pool).Claim(t.Context()) // leases the oldest: the first
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, realm, claimed)
+	app.Automations().Hand(t.Context(), realm, ids[0])
+	require.Empty(t, f.runs(a["id"].(string)), "a leased event is its claim's, not the hand's")
+	require.Equal(t, 2, pendingEvents(t, db.pool, realm))
+
+	app.Automations().Hand(t.Context(), realm, ids[1])
+	app.Automations().Hand(t.Context(), realm, ids[1])
+	k.await(t, 1)
+	time.Sleep(100 * time.Millisecond)
+	require.Len(t, k.received(), 1, "an event handed twice is delivered once")
+	require.Len(t, f.runs(a["id"].(string)), 1)
+	require.Equal(t, 1, pendingEvents(t, db.pool, realm), "the leased event is still the claim's")
+}
+
 func TestUUIDAtOrdersWithUUIDv7(t *testing.T) {
 	t.Parallel()
 	before := automations.UUIDAt(time.Now().Add(-time.Second))

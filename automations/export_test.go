@@ -68,3 +68,9 @@ func ParseSnapshot(s string) (func(xid uint64) bool, error) {
 	snap, err := parseSnapshot(s)
 	return snap.finished, err
 }
+
+// Hand evaluates realm's event id as a worker it was handed to does.
+func (s *Service) Hand(ctx context.Context, realm uuid.UUID, id int64) {
+	s.slots.take(realm)
+	s.evaluateHanded(ctx, handed{realm, id})
+}

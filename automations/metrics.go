@@ -12,6 +12,7 @@ type metrics struct {
 	pending        *prometheus.GaugeVec
 	oldest         *prometheus.GaugeVec
 	runs           *prometheus.CounterVec
+	evaluated      *prometheus.CounterVec
 	deliveries     *prometheus.CounterVec
 	latency        prometheus.Histogram
 	attempt        prometheus.Histogram
@@ -36,6 +37,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "appdor_automation_runs_total",
 			Help: "Automation runs by the status their evaluation left them in (succeeded, failed, or pending on webhook deliveries).",
 		}, []string{"status"}),
+		evaluated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appdor_automation_events_evaluated_total",
+			Help: "Automation events evaluated, by how their worker got them: handed at their write's commit, or claimed from the queue.",
+		}, []string{"path"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appdor_webhook_deliveries_total",
 			Help: "Webhook delivery attempts by result: delivered, retry, dead (the last attempt failed), gone (410: the action is disabled).",
@@ -61,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		realms: map[uuid.UUID]bool{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.pending, m.oldest, m.runs, m.deliveries, m.latency, m.attempt, m.backlogRefused, m.hopLimit)
+		reg.MustRegister(m.pending, m.oldest, m.runs, m.evaluated, m.deliveries, m.latency, m.attempt, m.backlogRefused, m.hopLimit)
 	}
 	return m
 }

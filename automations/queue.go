@@ -220,6 +220,17 @@ func (s *slots) take(realm uuid.UUID) bool {
 	return true
 }
 
+// takeIdle takes a slot of realm only if it holds none.
+func (s *slots) takeIdle(realm uuid.UUID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[realm] > 0 || s.max < 1 {
+		return false
+	}
+	s.n[realm]++
+	return true
+}
+
 func (s *slots) give(realm uuid.UUID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -62,6 +62,8 @@ func (s *Service) work(ctx context.Context) {
 		t.Reset(s.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
+		case h := <-s.handed:
+			s.evaluateHanded(ctx, h)
 		case <-s.wake:
 			s.events.poke()
 			s.deliveries.poke()
@@ -103,11 +105,6 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 		e.written, e.direct = e.written[:0], e.direct[:0] // a retried transaction starts over
 		return s.evaluate(ctx, tx, &e)
 	})
-	if err == nil && s.Live != nil {
-		for _, w := range e.written {
-			s.Live.TableChanged(e.realm, w.table, w.change)
-		}
-	}
 	switch {
 	case errors.Is(err, errLost):
 	case err != nil && ctx.Err() != nil:
@@ -115,13 +112,79 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 	case err != nil:
 		s.failEvent(ctx, &e, err)
 	default:
-		// Committed: its webhooks' first attempts, outside the seat.
-		release()
-		for i := range e.direct {
-			s.attempt(ctx, &e.direct[i])
-		}
+		s.metrics.evaluated.WithLabelValues("claimed").Inc()
+		s.committed(ctx, &e, release)
 	}
 	return true
+}
+
+// takeEventSQL takes a handed event in its evaluation's transaction: it is
+// deleted there, so the transaction's row lock is its claim (a claim of
+// the queue skips it, FOR UPDATE SKIP LOCKED) and a rollback leaves it in
+// the queue as it was. An event claimed from the queue meanwhile is leased
+// (its time is the lease's end) and not taken.
+const takeEventSQL = `
+DELETE FROM automation_events
+WHERE realm_id = $1 AND id = $2 AND state = 'pending' AND run_at <= now()
+RETURNING table_id, event, row_ids, versions, fields, hop, attempts, created_at`
+
+// evaluateHanded evaluates an event handed over at its write's commit (see
+// handoff), holding the slot handoff took for its realm. If the evaluation
+// fails, the event is left in the queue, due at once, where a claim counts
+// its attempts and puts off its retries.
+func (s *Service) evaluateHanded(ctx context.Context, h handed) {
+	defer s.events.done(h.realm)
+	release, err := s.acquire(ctx, h.realm)
+	if err != nil {
+		return // shutting down; the event waits in the queue
+	}
+	defer release()
+	e := event{realm: h.realm, id: h.id}
+	taken := false
+	err = s.wdb.Tx(ctx, e.realm, func(tx pgx.Tx) error {
+		e.written, e.direct = e.written[:0], e.direct[:0] // a retried transaction starts over
+		err := tx.QueryRow(ctx, takeEventSQL, e.realm, e.id).Scan(&e.table, &e.kind, &e.rows, &e.versions, &e.fields,
+			&e.hop, &e.attempts, &e.createdAt)
+		if taken = err == nil; !taken {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // claimed from the queue meanwhile, or not committed yet
+			}
+			return err
+		}
+		return s.fire(ctx, tx, &e)
+	})
+	switch {
+	case err != nil && ctx.Err() != nil:
+	case err != nil:
+		s.log.Warn("automations: evaluating a handed event failed; it is claimed again from the queue",
+			slog.String("realm", e.realm.String()), slog.Int64("event", e.id), slog.String("error", err.Error()))
+		s.events.poke()
+		s.poke()
+	case !taken:
+		// An event recorded outside a grid write (an action's own write) is
+		// handed before its transaction commits; the queue has it once it
+		// does.
+		s.events.poke()
+		s.poke()
+	default:
+		s.metrics.evaluated.WithLabelValues("handed").Inc()
+		s.committed(ctx, &e, release)
+	}
+}
+
+// committed follows an evaluation's commit: the live streams hear of the
+// rows its actions wrote, and its webhooks' first attempts are made outside
+// the background seat, which release gives back.
+func (s *Service) committed(ctx context.Context, e *event, release func()) {
+	if s.Live != nil {
+		for _, w := range e.written {
+			s.Live.TableChanged(e.realm, w.table, w.change)
+		}
+	}
+	release()
+	for i := range e.direct {
+		s.attempt(ctx, &e.direct[i])
+	}
 }
 
 // abandon gives a claimed item back to its queue when the worker stops
@@ -160,6 +223,12 @@ func (s *Service) evaluate(ctx context.Context, tx pgx.Tx, e *event) error {
 	if tag.RowsAffected() == 0 {
 		return errLost
 	}
+	return s.fire(ctx, tx, e)
+}
+
+// fire runs each enabled automation of the event's table whose trigger the
+// event fires, in tx, which has consumed the event.
+func (s *Service) fire(ctx context.Context, tx pgx.Tx, e *event) error {
 	autos, err := listAutomations(ctx, tx, e.realm, e.table, true)
 	if err != nil {
 		return err
