@@ -339,14 +339,14 @@ func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID
 		return err
 	}
 	s.backlog.add(realm, uint64(xid))
-	grid.AfterCommit(ctx, func() { s.handoff(realm, id) })
+	grid.AfterCommit(ctx, func() { s.handoff(handed{realm, table, id}) })
 	return nil
 }
 
 // handed is an event handed to a worker at its write's commit.
 type handed struct {
-	realm uuid.UUID
-	id    int64
+	realm, table uuid.UUID
+	id           int64
 }
 
 // handoff gives a just-committed event to a worker waiting for work, when
@@ -357,13 +357,13 @@ type handed struct {
 // Otherwise, or when no worker waits, the event waits in the queue and a
 // worker is woken to claim it there: a realm with work in the workers
 // already is served by the fair dequeue, one claim a round, as before.
-func (s *Service) handoff(realm uuid.UUID, id int64) {
-	if s.slots.takeIdle(realm) {
+func (s *Service) handoff(h handed) {
+	if s.slots.takeIdle(h.realm) {
 		select {
-		case s.handed <- handed{realm, id}:
+		case s.handed <- h:
 			return
 		default:
-			s.slots.give(realm)
+			s.slots.give(h.realm)
 		}
 	}
 	s.poke()

@@ -977,17 +977,43 @@ func TestAHandedEventIsTakenOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, realm, claimed)
-	app.Automations().Hand(t.Context(), realm, ids[0])
+	app.Automations().Hand(t.Context(), realm, uuid.MustParse(f.table), ids[0])
 	require.Empty(t, f.runs(a["id"].(string)), "a leased event is its claim's, not the hand's")
 	require.Equal(t, 2, pendingEvents(t, db.pool, realm))
 
-	app.Automations().Hand(t.Context(), realm, ids[1])
-	app.Automations().Hand(t.Context(), realm, ids[1])
+	app.Automations().Hand(t.Context(), realm, uuid.MustParse(f.table), ids[1])
+	app.Automations().Hand(t.Context(), realm, uuid.MustParse(f.table), ids[1])
 	k.await(t, 1)
 	time.Sleep(100 * time.Millisecond)
 	require.Len(t, k.received(), 1, "an event handed twice is delivered once")
 	require.Len(t, f.runs(a["id"].(string)), 1)
 	require.Equal(t, 1, pendingEvents(t, db.pool, realm), "the leased event is still the claim's")
+}
+
+// TestAnEventOfADeletedTableIsConsumed: events whose table is gone by the
+// time they run are consumed with no run, handed or claimed.
+func TestAnEventOfADeletedTableIsConsumed(t *testing.T) {
+	t.Parallel()
+	db := isolate(t)
+	k := newSink(t, nil)
+	f := setup(t, db.app(t, func(c *automations.Config) { c.Workers = -1 }))
+	f.create(map[string]any{"name": "x", "trigger": map[string]any{"event": "row.created"}, "actions": []any{webhook(k.srv.URL)}})
+	f.insert(map[string]any{"name": "first"})
+	f.insert(map[string]any{"name": "second"})
+	realm, table := f.tenant.RealmID, uuid.MustParse(f.table)
+	var first int64
+	require.NoError(t, db.pool.QueryRow(t.Context(), `SELECT min(id) FROM automation_events WHERE realm_id = $1`, realm).Scan(&first))
+	_, err := db.pool.Exec(t.Context(), `DELETE FROM tables WHERE realm_id = $1 AND id = $2`, realm, table) // as a realm's deletion does
+	require.NoError(t, err)
+
+	f.app.Automations().Hand(t.Context(), realm, table, first)
+	require.Equal(t, 1, pendingEvents(t, db.pool, realm), "the handed event is consumed")
+	f.app = db.app(t, func(c *automations.Config) { c.Workers = 2 }) // and the other claimed
+	require.Eventually(t, func() bool { return pendingEvents(t, db.pool, realm) == 0 }, 15*time.Second, 20*time.Millisecond)
+	var runs int
+	require.NoError(t, db.pool.QueryRow(t.Context(), `SELECT count(*) FROM automation_runs WHERE realm_id = $1`, realm).Scan(&runs))
+	require.Zero(t, runs)
+	require.Empty(t, k.received())
 }
 
 func TestUUIDAtOrdersWithUUIDv7(t *testing.T) {

@@ -110,14 +110,23 @@ func scanAutomation(row pgx.Row, a *Automation, extra ...any) error {
 		&a.CreatedAt, &a.UpdatedAt}, extra...)...)
 }
 
+// listAutomationsSQL reads a table ($2) of realm $1's automations, oldest
+// first; only the enabled ones when $3.
+const listAutomationsSQL = `SELECT ` + automationColumns + ` FROM automations
+	WHERE realm_id = $1 AND table_id = $2 AND (enabled OR NOT $3) ORDER BY created_at, id`
+
 // listAutomations reads a table's automations, oldest first.
 func listAutomations(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID, enabledOnly bool) ([]Automation, error) {
-	rows, err := tx.Query(ctx, `SELECT `+automationColumns+` FROM automations
-		WHERE realm_id = $1 AND table_id = $2 AND (enabled OR NOT $3) ORDER BY created_at, id`, realm, table, enabledOnly)
+	rows, err := tx.Query(ctx, listAutomationsSQL, realm, table, enabledOnly)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
+	return collectAutomations(rows)
+}
+
+// collectAutomations reads the rows of listAutomationsSQL.
+func collectAutomations(rows pgx.Rows) ([]Automation, error) {
 	out := []Automation{}
 	for rows.Next() {
 		var a Automation

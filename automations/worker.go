@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/appdor/appdor"
 	"github.com/appdor/appdor/grid"
@@ -126,7 +127,42 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 const takeEventSQL = `
 DELETE FROM automation_events
 WHERE realm_id = $1 AND id = $2 AND state = 'pending' AND run_at <= now()
-RETURNING table_id, event, row_ids, versions, fields, hop, attempts, created_at`
+RETURNING event, row_ids, versions, fields, hop, attempts, created_at`
+
+// deleteClaimedSQL consumes a claimed event, if its claim is still this
+// worker's (its attempts name the claim).
+const deleteClaimedSQL = `DELETE FROM automation_events WHERE realm_id = $1 AND id = $2 AND attempts = $3`
+
+// consume deletes the event in tx, the handed event by takeEventSQL (which
+// reads it) or the claimed one by deleteClaimedSQL, and reads its table's
+// enabled automations and the table (nil if it is gone), all in one round
+// trip; ok is false when the event was not this worker's to consume, and
+// then what was read is of no use.
+func (s *Service) consume(ctx context.Context, tx pgx.Tx, e *event, handed bool) (autos []Automation, t *grid.Table, ok bool, err error) {
+	b := &pgx.Batch{}
+	if handed {
+		b.Queue(takeEventSQL, e.realm, e.id).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&e.kind, &e.rows, &e.versions, &e.fields, &e.hop, &e.attempts, &e.createdAt)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // claimed from the queue meanwhile, or not committed yet
+			}
+			ok = err == nil
+			return err
+		})
+	} else {
+		b.Queue(deleteClaimedSQL, e.realm, e.id, e.attempts).Exec(func(tag pgconn.CommandTag) error {
+			ok = tag.RowsAffected() == 1
+			return nil
+		})
+	}
+	b.Queue(listAutomationsSQL, e.realm, e.table, true).Query(func(rows pgx.Rows) (err error) {
+		autos, err = collectAutomations(rows)
+		return err
+	})
+	grid.QueueLoadTable(b, e.realm, e.table, &t)
+	err = tx.SendBatch(ctx, b).Close()
+	return autos, t, ok, err
+}
 
 // evaluateHanded evaluates an event handed over at its write's commit (see
 // handoff), holding the slot handoff took for its realm. If the evaluation
@@ -139,19 +175,15 @@ func (s *Service) evaluateHanded(ctx context.Context, h handed) {
 		return // shutting down; the event waits in the queue
 	}
 	defer release()
-	e := event{realm: h.realm, id: h.id}
+	e := event{realm: h.realm, table: h.table, id: h.id}
 	taken := false
 	err = s.wdb.Tx(ctx, e.realm, func(tx pgx.Tx) error {
 		e.written, e.direct = e.written[:0], e.direct[:0] // a retried transaction starts over
-		err := tx.QueryRow(ctx, takeEventSQL, e.realm, e.id).Scan(&e.table, &e.kind, &e.rows, &e.versions, &e.fields,
-			&e.hop, &e.attempts, &e.createdAt)
-		if taken = err == nil; !taken {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil // claimed from the queue meanwhile, or not committed yet
-			}
+		autos, t, ok, err := s.consume(ctx, tx, &e, true)
+		if taken = ok; err != nil || !ok {
 			return err
 		}
-		return s.fire(ctx, tx, &e)
+		return s.fire(ctx, tx, &e, autos, t)
 	})
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -215,38 +247,28 @@ func (s *Service) failEvent(ctx context.Context, e *event, cause error) {
 // evaluate consumes the event and runs each enabled automation of its table
 // whose trigger it fires, in tx; the webhook deliveries it records are in e.direct.
 func (s *Service) evaluate(ctx context.Context, tx pgx.Tx, e *event) error {
-	tag, err := tx.Exec(ctx, `DELETE FROM automation_events WHERE realm_id = $1 AND id = $2 AND attempts = $3`,
-		e.realm, e.id, e.attempts)
+	autos, t, ok, err := s.consume(ctx, tx, e, false)
 	if err != nil {
 		return err
 	}
-	if tag.RowsAffected() == 0 {
+	if !ok {
 		return errLost
 	}
-	return s.fire(ctx, tx, e)
+	return s.fire(ctx, tx, e, autos, t)
 }
 
-// fire runs each enabled automation of the event's table whose trigger the
-// event fires, in tx, which has consumed the event.
-func (s *Service) fire(ctx context.Context, tx pgx.Tx, e *event) error {
-	autos, err := listAutomations(ctx, tx, e.realm, e.table, true)
-	if err != nil {
-		return err
+// fire runs each of autos (the enabled automations of table t, which is
+// nil if it is gone) whose trigger the event fires, in tx, which has
+// consumed the event.
+func (s *Service) fire(ctx context.Context, tx pgx.Tx, e *event, autos []Automation, t *grid.Table) error {
+	if t == nil {
+		return nil // the table is gone, and its automations with it
 	}
 	change := grid.Change{Event: e.kind, Fields: e.fields}
-	var t *grid.Table
 	for i := range autos {
 		a := &autos[i]
 		if !a.Trigger.matches(change) {
 			continue
-		}
-		if t == nil {
-			if t, err = grid.LoadTable(ctx, tx, e.realm, e.table); err != nil {
-				if appdor.ErrorCode(err) == appdor.ENotFound {
-					return nil // the table is gone, and its automations with it
-				}
-				return err
-			}
 		}
 		if err := s.run(ctx, tx, e, t, a); err != nil {
 			return err

@@ -110,6 +110,20 @@ func LoadTable(ctx context.Context, tx pgx.Tx, realm, id uuid.UUID) (*Table, err
 	return loadTable(ctx, tx, realm, id)
 }
 
+// QueueLoadTable queues LoadTable's query on b, to be sent with other
+// statements in one round trip: when b's results are read, *dst is the
+// table, or nil if there is none.
+func QueueLoadTable(b *pgx.Batch, realm, id uuid.UUID, dst **Table) {
+	b.Queue(tableSQL, realm, id).Query(func(rows pgx.Rows) error {
+		t, err := scanTable(rows)
+		if appdor.ErrorCode(err) == appdor.ENotFound {
+			t, err = nil, nil
+		}
+		*dst = t
+		return err
+	})
+}
+
 // Field returns the table's field of the given id, or nil.
 func (t *Table) Field(id string) *Field { return t.field(id) }
 
