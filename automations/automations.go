@@ -223,12 +223,10 @@ type Service struct {
 // reg. It starts nothing: Start runs the workers.
 func New(cfg Config, db *rls.DB, log *slog.Logger, reg prometheus.Registerer) *Service {
 	s := &Service{
-		cfg:  cfg.Sized(),
-		log:  log,
-		db:   db,
-		wake: make(chan struct{}, 1),
-		// unbuffered: a handed event is taken by a worker waiting for work,
-		// or not handed
+		cfg:    cfg.Sized(),
+		log:    log,
+		db:     db,
+		wake:   make(chan struct{}, 1),
 		handed: make(chan handed),
 	}
 	s.slots = newSlots(realmSlots(s.cfg.Workers))

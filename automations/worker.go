@@ -190,12 +190,11 @@ func (s *Service) evaluateHanded(ctx context.Context, h handed) {
 	case err != nil:
 		s.log.Warn("automations: evaluating a handed event failed; it is claimed again from the queue",
 			slog.String("realm", e.realm.String()), slog.Int64("event", e.id), slog.String("error", err.Error()))
-		s.events.poke()
-		s.poke()
+		fallthrough
 	case !taken:
-		// An event recorded outside a grid write (an action's own write) is
-		// handed before its transaction commits; the queue has it once it
-		// does.
+		// Not taken: claimed from the queue meanwhile, or recorded outside a
+		// grid write (an action's own write) and handed before its
+		// transaction commits; the queue has it once it does.
 		s.events.poke()
 		s.poke()
 	default:
