@@ -1276,3 +1276,64 @@ func TestAnArrivingRealmStartsLoaded(t *testing.T) {
 	v()
 	require.Equal(t, 0, c.InUse(Interactive))
 }
+
+// A realm whose units run slow because the cores are busy, not because it
+// sends more, is not taken for a storm: a light realm sending one unit every
+// 5 ms, its units 1 ms for a second and then 15 ms (three in flight, where it
+// had at most one), stays out of the backlogged class, and its units are
+// seated at once while a storm holds the backlogged seat. A realm measured
+// slow from its start gets no such allowance.
+func TestARealmSlowedByBusyCoresIsNotBacklogged(t *testing.T) {
+	t.Parallel()
+	c, k, _ := setup(t, func(cfg *Config) { cfg.Seats = 8 })
+	measure(t, c, "victim", "storm")
+	storm := []func(){now(t, c, "storm"), now(t, c, "storm"), now(t, c, "storm")}
+	for range 200 { // a second of calm for the victim, three units in flight for the storm
+		r := now(t, c, "victim")
+		k.advance(time.Millisecond)
+		r()
+		k.advance(4 * time.Millisecond)
+	}
+	held := now(t, c, "storm") // backlogged by its load: the backlogged seat
+	for _, r := range storm {
+		r()
+	}
+	var inflight []func()
+	for range 100 { // half a second of slow units
+		inflight = append(inflight, now(t, c, "victim")) // seated at once, or this fails
+		k.advance(5 * time.Millisecond)
+		if len(inflight) == 3 {
+			inflight[0]()
+			inflight = inflight[1:]
+		}
+	}
+	require.Less(t, c.load("victim"), float64(c.cfg.SparseDepth))
+	for _, r := range inflight {
+		r()
+	}
+	held()
+
+	// A realm whose units were slow from its first: its load counts them
+	// all, and it is backlogged.
+	r := now(t, c, "slow")
+	k.advance(15 * time.Millisecond)
+	r()
+	c.mu.Lock()
+	c.levels[Interactive].flows["slow"].load = 0 // as measure leaves it
+	c.mu.Unlock()
+	for range 100 {
+		inflight = append(inflight, now(t, c, "slow"))
+		k.advance(5 * time.Millisecond)
+		if len(inflight) == 3 {
+			inflight[0]()
+			inflight = inflight[1:]
+		}
+		if c.load("slow") >= float64(c.cfg.SparseDepth) {
+			break
+		}
+	}
+	require.GreaterOrEqual(t, c.load("slow"), float64(c.cfg.SparseDepth))
+	for _, r := range inflight {
+		r()
+	}
+}

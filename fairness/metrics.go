@@ -41,7 +41,7 @@ func newMetrics(c *Controller, reg prometheus.Registerer) *metrics {
 		}, labels),
 		load: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "appdor_fairness_outstanding",
-			Help: "Work in flight or queued, averaged over the last quarter second, by realm and level; an interactive realm at the sparse depth (2) or more is backlogged.",
+			Help: "Work in flight or queued, averaged over the last quarter second, by realm and level, its own units at their usual cost (a realm whose units run slower than in the last second or so counts them for less); an interactive realm at the sparse depth (2) or more is backlogged.",
 		}, labels),
 		dispatched: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appdor_fairness_dispatched_total",
