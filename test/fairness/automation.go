@@ -140,6 +140,7 @@ type autoSetup struct {
 	sAutomations []string // S's automation ids
 	qAutomation  string
 	qNext, sNext atomic.Int64 // Q's next row to write; S's patch round
+	qDry         atomic.Int64 // Q's writes not sent: no row left to write once
 	sVersions    []int64      // S's seeded rows' versions, by index
 	sVersionsMu  sync.Mutex
 }
@@ -341,6 +342,9 @@ func runAutomationStorm(ctx context.Context, p plan, s *stack, base, name string
 	fmt.Printf("%-8s Q automation latency p50/p99 ms: baseline %.0f/%.0f (n=%d), storm %.0f/%.0f (n=%d); Q writes %d, missing %d, twice %d; S deliveries %d, pending after %.0fs of drain: %d events, %d deliveries\n",
 		name, out.autoBaseline.P50, out.autoBaseline.P99, out.autoBaseline.N, out.autoStorm.P50, out.autoStorm.P99, out.autoStorm.N,
 		len(out.writes), out.qMissing, out.qTwice, out.sDelivered, out.drain.Seconds(), out.sPending, out.sUndelivered)
+	if n := a.qDry.Swap(0); n > 0 {
+		fmt.Printf("%-8s Q's writer ran out of rows to write once: %d writes not sent, so Q's automation latency has fewer samples\n", name, n)
+	}
 	return out
 }
 
@@ -414,7 +418,8 @@ func qWriter(ctx context.Context, rec *recorder, base string, a *autoSetup, rate
 		}
 		i := int(a.qNext.Add(1) - 1)
 		if i >= len(a.q.RowIDs) {
-			continue // no row left to write once
+			a.qDry.Add(1) // no row left to write once
+			continue
 		}
 		wg.Add(1)
 		go func() {
