@@ -337,7 +337,7 @@ func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID
 		return err
 	}
 	s.backlog.add(realm, uint64(xid))
-	grid.AfterCommit(ctx, func() { s.handoff(handed{realm, table, id}) })
+	grid.AfterCommit(ctx, func() { s.handoff(handed{realm, table, id, ids}) })
 	return nil
 }
 
@@ -345,6 +345,7 @@ func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, realm, table uuid.UUID
 type handed struct {
 	realm, table uuid.UUID
 	id           int64
+	rows         []uuid.UUID
 }
 
 // handoff gives a just-committed event to a worker waiting for work, when

@@ -424,6 +424,35 @@ func TestUpdateRowAndCreateRow(t *testing.T) {
 	require.EqualValues(t, 7, lc[logFields["n"]])
 }
 
+// TestALaterAutomationSeesAnEarlierOnesWrite: an event's automations run in
+// order, and a webhook with no condition after an update_row sends the row
+// as the update_row left it, not as the event's write did (an evaluation
+// reads a small event's rows with the event, and those are stale once an
+// automation has written).
+func TestALaterAutomationSeesAnEarlierOnesWrite(t *testing.T) {
+	t.Parallel()
+	f := setup(t, newApp(t, nil))
+	s := newSink(t, nil)
+	f.create(map[string]any{
+		"name": "Stamp", "trigger": map[string]any{"event": "row.created"},
+		"actions": []any{map[string]any{"type": "update_row", "cells": map[string]any{f.fields["status"]: "seen"}}},
+	})
+	f.create(map[string]any{
+		"name": "Notify", "trigger": map[string]any{"event": "row.created"},
+		"actions": []any{webhook(s.srv.URL + "/hook")},
+	})
+	ids := f.insert(map[string]any{"name": "a", "status": "new"})
+	got := s.await(t, 1)
+	var p automations.WebhookPayload
+	require.NoError(t, json.Unmarshal(got[0].body, &p))
+	require.Len(t, p.Data.Rows, 1)
+	require.Equal(t, ids[0], p.Data.Rows[0].ID.String())
+	var cells map[string]string
+	require.NoError(t, json.Unmarshal(p.Data.Rows[0].Cells, &cells))
+	require.Equal(t, "seen", cells[f.fields["status"]], "the webhook sends the row as the update_row left it")
+	require.Equal(t, "a", cells[f.fields["name"]])
+}
+
 // TestARefusedActionFailsOnlyItsRun: an action refused when it runs (its
 // target's field deleted since) fails its automation's run, with nothing of
 // that run kept, not even its webhook queued before the refusal; another

@@ -72,5 +72,5 @@ func ParseSnapshot(s string) (func(xid uint64) bool, error) {
 // Hand evaluates realm's event id as a worker it was handed to does.
 func (s *Service) Hand(ctx context.Context, realm, table uuid.UUID, id int64) {
 	s.slots.take(realm)
-	s.evaluateHanded(ctx, handed{realm, table, id})
+	s.evaluateHanded(ctx, handed{realm, table, id, nil})
 }

@@ -176,9 +176,25 @@ func MatchRows(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, filter
 	if err != nil {
 		return nil, err
 	}
+	return collectMatched(rows)
+}
+
+// QueueRows queues MatchRows with no filter on b, to be sent with other
+// statements in one round trip: when b's results are read, *dst is those
+// of the rows ids that exist, in MatchRows' order.
+func QueueRows(b *pgx.Batch, realm, table uuid.UUID, ids []uuid.UUID, dst *[]Row) {
+	b.Queue(`SELECT r.id, r.version, r.cells, r.created_at, r.updated_at FROM rows r
+	         WHERE r.realm_id = $1 AND r.table_id = $2 AND r.id = ANY($3::uuid[]) ORDER BY r.id`, realm, table, ids).
+		Query(func(rows pgx.Rows) (err error) {
+			*dst, err = collectMatched(rows)
+			return err
+		})
+}
+
+func collectMatched(rows pgx.Rows) ([]Row, error) {
 	var out []Row
 	var r Row
-	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Version, &r.Cells, &r.CreatedAt, &r.UpdatedAt}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&r.ID, &r.Version, &r.Cells, &r.CreatedAt, &r.UpdatedAt}, func() error {
 		out = append(out, r)
 		return nil
 	})
