@@ -159,6 +159,8 @@ var wiring = map[string]bool{
 	"lone: refusals with the controller on":               true,
 	"unauth: pool acquires per 100 bogus requests":        true,
 	"automation: Q events not delivered once":             true,
+	"automation: Q automation samples in baseline":        true,
+	"automation: Q automation samples in storm":           true,
 	"automation: S import completes":                      true,
 	"automation: webhooks with a bad signature":           true,
 	"automation: control (fairness off) breaks a Q bound": true,
@@ -403,7 +405,9 @@ func run(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	autoCtl := runAutomationStorm(ctx, p, s, off.base, "autoctl", autos, r.storm, k)
+	pc := p
+	pc.AutoBaseline = p.AutoControlBaseline
+	autoCtl := runAutomationStorm(ctx, pc, s, off.base, "autoctl", autos, r.storm, k)
 	off.stop()
 
 	// The verdict.
@@ -502,6 +506,8 @@ func run(ctx context.Context) (int, error) {
 	add("automation: Q read p99 storm/baseline", autoRatio, bound.String(), autoRatio <= bound.Value)
 	add("automation: Q automation p99 storm/baseline", autoLatRatio, fmt.Sprintf("<= %.1f", stormBound), autoLatRatio <= stormBound)
 	add("automation: Q errors", float64(autoErrors), "== 0", autoErrors == 0)
+	add("automation: Q automation samples in baseline", float64(auto.autoBaseline.N), ">= 1000", auto.autoBaseline.N >= 1000)
+	add("automation: Q automation samples in storm", float64(auto.autoStorm.N), ">= 600", auto.autoStorm.N >= 600)
 	add("automation: Q events not delivered once", float64(auto.qMissing+auto.qTwice), "== 0 missing or twice",
 		auto.qMissing+auto.qTwice == 0 && len(auto.writes) > 0)
 	add("automation: S import completes", float64(auto.sImport.Inserted), fmt.Sprintf("== %d, 2xx", p.AutoImportRows),
