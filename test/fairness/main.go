@@ -57,6 +57,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -111,7 +112,11 @@ func main() {
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, serverDied = context.WithCancelCause(ctx)
 	code, err := run(ctx)
+	if cause := context.Cause(ctx); errors.Is(cause, errServerDied) {
+		err = cause // whatever the arms made of their cancelled context
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "harness:", err)
