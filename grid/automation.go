@@ -159,11 +159,16 @@ func appdorMessage(err error) string {
 	return err.Error()
 }
 
+// matchRowsSQL reads the rows $3 of realm $1's table $2; MatchRows adds its
+// filters to it.
+const matchRowsSQL = `SELECT r.id, r.version, r.cells, r.created_at, r.updated_at FROM rows r
+WHERE r.realm_id = $1 AND r.table_id = $2 AND r.id = ANY($3::uuid[])`
+
 // MatchRows returns those of the rows ids of table that every filter keeps,
 // as they are now; rows gone since are left out. No filter keeps them all.
 func MatchRows(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, filters []string, ids []uuid.UUID) ([]Row, error) {
-	b := &sqlBuilder{}
-	conds := []string{"r.realm_id = " + b.arg(realm), "r.table_id = " + b.arg(t.ID), "r.id = ANY(" + b.arg(ids) + "::uuid[])"}
+	b := &sqlBuilder{args: []any{realm, t.ID, ids}, names: []string{"", "", ""}} // $1-$3 of matchRowsSQL
+	conds := []string{matchRowsSQL}
 	for _, s := range filters {
 		f, err := parseFilter(t, s)
 		if err != nil {
@@ -171,8 +176,7 @@ func MatchRows(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, filter
 		}
 		conds = append(conds, b.where(f))
 	}
-	rows, err := tx.Query(ctx, "SELECT r.id, r.version, r.cells, r.created_at, r.updated_at FROM rows r WHERE "+
-		strings.Join(conds, " AND ")+" ORDER BY r.id", b.args...)
+	rows, err := tx.Query(ctx, strings.Join(conds, " AND ")+" ORDER BY r.id", b.args...)
 	if err != nil {
 		return nil, err
 	}
@@ -183,8 +187,7 @@ func MatchRows(ctx context.Context, tx pgx.Tx, realm uuid.UUID, t *Table, filter
 // statements in one round trip: when b's results are read, *dst is those
 // of the rows ids that exist, in MatchRows' order.
 func QueueRows(b *pgx.Batch, realm, table uuid.UUID, ids []uuid.UUID, dst *[]Row) {
-	b.Queue(`SELECT r.id, r.version, r.cells, r.created_at, r.updated_at FROM rows r
-	         WHERE r.realm_id = $1 AND r.table_id = $2 AND r.id = ANY($3::uuid[]) ORDER BY r.id`, realm, table, ids).
+	b.Queue(matchRowsSQL+" ORDER BY r.id", realm, table, ids).
 		Query(func(rows pgx.Rows) (err error) {
 			*dst, err = collectMatched(rows)
 			return err
