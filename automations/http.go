@@ -717,7 +717,7 @@ func (s *Service) replay(c echo.Context) error {
 		if tag.RowsAffected() == 0 {
 			return appdor.Errorf(appdor.EConflict, "this run has no failed or dead webhook delivery to replay")
 		}
-		if err := updateRun(ctx, tx, realm, runID); err != nil {
+		if _, err := tx.Exec(ctx, updateRunSQL, realm, runID); err != nil {
 			return err
 		}
 		if err := scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM automation_runs WHERE realm_id = $1 AND id = $2`, realm, runID), &r); err != nil {

@@ -221,7 +221,7 @@ func (s *Service) attempt(ctx context.Context, d *delivery) {
 		return
 	}
 	defer release()
-	if err := s.wdb.Tx(rctx, d.realm, func(tx pgx.Tx) error { return s.record(rctx, tx, d, out) }); err != nil {
+	if err := s.wdb.TxBatch(rctx, d.realm, s.record(d, out), nil); err != nil {
 		s.log.Error("automations: recording a delivery", slog.String("realm", d.realm.String()),
 			slog.String("delivery", d.id), slog.String("error", err.Error()))
 	}
@@ -251,8 +251,10 @@ func (s *Service) readDelivery(ctx context.Context, d *delivery) error {
 	    WHERE d.realm_id = $1 AND d.id = $2 AND d.attempts = $3 AND d.state = 'pending'`, d.realm, d.id, d.attempts)
 }
 
-// record writes an attempt's outcome and brings the run's status up to date.
-func (s *Service) record(ctx context.Context, tx pgx.Tx, d *delivery, out outcome) error {
+// record returns the statements that write an attempt's outcome and bring
+// the run's status up to date, to run in one transaction.
+func (s *Service) record(d *delivery, out outcome) *pgx.Batch {
+	b := &pgx.Batch{}
 	state, result := "pending", "retry"
 	var wait time.Duration
 	var lastError *string
@@ -267,19 +269,13 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, d *delivery, out outcom
 		state, result = "failed", "gone"
 		msg := "the receiver answered 410 Gone; this webhook action is disabled"
 		lastError = &msg
-		if _, err := tx.Exec(ctx,
-			`UPDATE automations SET updated_at = now(), actions = (
+		b.Queue(`UPDATE automations SET updated_at = now(), actions = (
 			   SELECT jsonb_agg(CASE WHEN x ->> 'id' = $3 THEN x || '{"disabled": true}'::jsonb ELSE x END ORDER BY n)
 			   FROM jsonb_array_elements(actions) WITH ORDINALITY AS t(x, n))
-			 WHERE realm_id = $1 AND id = $2`, d.realm, d.automation, d.action); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx,
-			`INSERT INTO audit_log (realm_id, actor, action, detail)
+			 WHERE realm_id = $1 AND id = $2`, d.realm, d.automation, d.action)
+		b.Queue(`INSERT INTO audit_log (realm_id, actor, action, detail)
 			 VALUES ($1, 'appdor', 'webhook_disabled', jsonb_build_object('automation_id', $2::uuid, 'action_id', $3::text, 'url', $4::text))`,
-			d.realm, d.automation, d.action, d.url); err != nil {
-			return err
-		}
+			d.realm, d.automation, d.action, d.url)
 		s.log.Warn("automations: a webhook receiver answered 410 Gone; its action is disabled",
 			slog.String("realm", d.realm.String()), slog.String("automation", d.automation.String()), slog.String("action", d.action))
 	default:
@@ -303,21 +299,17 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, d *delivery, out outcom
 	if state == "delivered" {
 		s.metrics.latency.Observe(time.Since(d.queuedAt).Seconds())
 	}
-	if _, err := tx.Exec(ctx,
-		`UPDATE webhook_deliveries SET state = $4, next_attempt_at = now() + $5::bigint * interval '1 millisecond',
+	b.Queue(`UPDATE webhook_deliveries SET state = $4, next_attempt_at = now() + $5::bigint * interval '1 millisecond',
 		        last_status = $6, last_error = $7, delivered_at = CASE WHEN $4 = 'delivered' THEN now() END
 		 WHERE realm_id = $1 AND id = $2 AND attempts = $3`,
-		d.realm, d.id, d.attempts, state, wait.Milliseconds(), status, lastError); err != nil {
-		return err
-	}
-	return updateRun(ctx, tx, d.realm, d.run)
+		d.realm, d.id, d.attempts, state, wait.Milliseconds(), status, lastError)
+	b.Queue(updateRunSQL, d.realm, d.run)
+	return b
 }
 
-// updateRun derives a run's status from its deliveries: pending while one
-// is, then dead if one is dead, failed if one failed, else succeeded.
-func updateRun(ctx context.Context, tx pgx.Tx, realm, run uuid.UUID) error {
-	_, err := tx.Exec(ctx,
-		`UPDATE automation_runs r SET status = s.status, attempts = s.attempts,
+// updateRunSQL derives a run's status from its deliveries: pending while
+// one is, then dead if one is dead, failed if one failed, else succeeded.
+const updateRunSQL = `UPDATE automation_runs r SET status = s.status, attempts = s.attempts,
 		        last_error = s.last_error,
 		        finished_at = CASE WHEN s.status = 'pending' THEN NULL ELSE now() END
 		 FROM (SELECT CASE WHEN bool_or(state = 'pending') THEN 'pending' WHEN bool_or(state = 'dead') THEN 'dead'
@@ -325,6 +317,4 @@ func updateRun(ctx context.Context, tx pgx.Tx, realm, run uuid.UUID) error {
 		              greatest(max(attempts), 1) AS attempts,
 		              (array_agg(last_error) FILTER (WHERE last_error IS NOT NULL AND state <> 'delivered'))[1] AS last_error
 		       FROM webhook_deliveries WHERE realm_id = $1 AND run_id = $2) s
-		 WHERE r.realm_id = $1 AND r.id = $2`, realm, run)
-	return err
-}
+		 WHERE r.realm_id = $1 AND r.id = $2`

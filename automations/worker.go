@@ -40,13 +40,50 @@ type event struct {
 	// readOK while no automation of the evaluation may have written them.
 	read   []grid.Row
 	readOK bool
+	// tail is statements the evaluation has queued and not yet sent: they
+	// go with its next batch, or with its COMMIT (rls.DB.TxBatch).
+	tail *pgx.Batch
+}
+
+// send sends b in tx after e's tail, in one round trip, and reads their
+// results.
+func (e *event) send(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	if e.tail != nil {
+		b.QueuedQueries = append(e.tail.QueuedQueries, b.QueuedQueries...)
+		e.tail = nil
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// hold keeps b's statements for e's next batch or its COMMIT.
+func (e *event) hold(b *pgx.Batch) {
+	if e.tail == nil {
+		e.tail = &pgx.Batch{}
+	}
+	e.tail.QueuedQueries = append(e.tail.QueuedQueries, b.QueuedQueries...)
+}
+
+// flush sends e's tail, if it holds any statement.
+func (e *event) flush(ctx context.Context, tx pgx.Tx) error {
+	if e.tail == nil {
+		return nil
+	}
+	return e.send(ctx, tx, &pgx.Batch{})
+}
+
+// last is e's tail, to send with the COMMIT.
+func (e *event) last() *pgx.Batch {
+	b := e.tail
+	e.tail = nil
+	return b
 }
 
 // readAhead is the most rows an event may have for its evaluation to read
 // them with the event itself: a light realm's one-row write then costs its
-// evaluation two round trips fewer than one read for each automation
-// (a webhook's then records the run and its deliveries in one). A bigger
-// batch is read by each automation's condition, which is what it pays for.
+// evaluation two round trips fewer than one read for each automation (a
+// webhook's then records the run and its deliveries with the COMMIT). A
+// bigger batch is read by each automation's condition, which is what it
+// pays for.
 const readAhead = 64
 
 // tableWrite is one action's write batch of one table.
@@ -114,9 +151,15 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 		return true
 	}
 	defer release()
-	err = s.wdb.Tx(ctx, e.realm, func(tx pgx.Tx) (err error) {
-		e.written, e.direct = e.written[:0], e.direct[:0] // a retried transaction starts over
-		return s.evaluate(ctx, tx, &e)
+	b, c := s.consume(&e, false)
+	err = s.wdb.TxBatch(ctx, e.realm, b, func(tx pgx.Tx) (*pgx.Batch, error) {
+		if !c.ok {
+			return nil, errLost
+		}
+		if err := s.fire(ctx, tx, &e, c.autos, c.t); err != nil {
+			return nil, err
+		}
+		return e.last(), nil
 	})
 	switch {
 	case errors.Is(err, errLost):
@@ -145,39 +188,45 @@ RETURNING event, row_ids, versions, fields, hop, attempts, created_at`
 // worker's (its attempts name the claim).
 const deleteClaimedSQL = `DELETE FROM automation_events WHERE realm_id = $1 AND id = $2 AND attempts = $3`
 
-// consume deletes the event in tx, the handed event by takeEventSQL (which
-// reads it) or the claimed one by deleteClaimedSQL, and reads its table's
-// enabled automations and the table (nil if it is gone), all in one round
-// trip; ok is false when the event was not this worker's to consume, and
-// then what was read is of no use.
-func (s *Service) consume(ctx context.Context, tx pgx.Tx, e *event, handed bool) (autos []Automation, t *grid.Table, ok bool, err error) {
-	b := &pgx.Batch{}
+// consumed is what consume's batch reads.
+type consumed struct {
+	autos []Automation // the table's enabled automations
+	t     *grid.Table  // nil if the table is gone
+	ok    bool         // the event was this worker's to consume; if not, what was read is of no use
+}
+
+// consume returns the batch that opens an evaluation's transaction (rls's
+// TxBatch sends it with BEGIN, in one round trip): it deletes the event,
+// the handed event by takeEventSQL (which reads it) or the claimed one by
+// deleteClaimedSQL, and reads its table's enabled automations, the table,
+// and the event's rows when they are few (e.read), into c.
+func (s *Service) consume(e *event, handed bool) (b *pgx.Batch, c *consumed) {
+	b, c = &pgx.Batch{}, &consumed{}
 	if handed {
 		b.Queue(takeEventSQL, e.realm, e.id).QueryRow(func(row pgx.Row) error {
 			err := row.Scan(&e.kind, &e.rows, &e.versions, &e.fields, &e.hop, &e.attempts, &e.createdAt)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil // claimed from the queue meanwhile, or not committed yet
 			}
-			ok = err == nil
+			c.ok = err == nil
 			return err
 		})
 	} else {
 		b.Queue(deleteClaimedSQL, e.realm, e.id, e.attempts).Exec(func(tag pgconn.CommandTag) error {
-			ok = tag.RowsAffected() == 1
+			c.ok = tag.RowsAffected() == 1
 			return nil
 		})
 	}
 	b.Queue(listAutomationsSQL, e.realm, e.table, true).Query(func(rows pgx.Rows) (err error) {
-		autos, err = collectAutomations(rows)
+		c.autos, err = collectAutomations(rows)
 		return err
 	})
-	grid.QueueLoadTable(b, e.realm, e.table, &t)
+	grid.QueueLoadTable(b, e.realm, e.table, &c.t)
 	e.read, e.readOK = nil, len(e.rows) > 0 && len(e.rows) <= readAhead
 	if e.readOK {
 		grid.QueueRows(b, e.realm, e.table, e.rows, &e.read)
 	}
-	err = tx.SendBatch(ctx, b).Close()
-	return autos, t, ok, err
+	return b, c
 }
 
 // evaluateHanded evaluates an event handed over at its write's commit (see
@@ -192,15 +241,17 @@ func (s *Service) evaluateHanded(ctx context.Context, h handed) {
 	}
 	defer release()
 	e := event{realm: h.realm, table: h.table, id: h.id, rows: h.rows}
-	taken := false
-	err = s.wdb.Tx(ctx, e.realm, func(tx pgx.Tx) error {
-		e.written, e.direct = e.written[:0], e.direct[:0] // a retried transaction starts over
-		autos, t, ok, err := s.consume(ctx, tx, &e, true)
-		if taken = ok; err != nil || !ok {
-			return err
+	b, c := s.consume(&e, true)
+	err = s.wdb.TxBatch(ctx, e.realm, b, func(tx pgx.Tx) (*pgx.Batch, error) {
+		if !c.ok {
+			return nil, nil
 		}
-		return s.fire(ctx, tx, &e, autos, t)
+		if err := s.fire(ctx, tx, &e, c.autos, c.t); err != nil {
+			return nil, err
+		}
+		return e.last(), nil
 	})
+	taken := c.ok
 	switch {
 	case err != nil && ctx.Err() != nil:
 	case err != nil:
@@ -259,19 +310,6 @@ func (s *Service) failEvent(ctx context.Context, e *event, cause error) {
 	}
 }
 
-// evaluate consumes the event and runs each enabled automation of its table
-// whose trigger it fires, in tx; the webhook deliveries it records are in e.direct.
-func (s *Service) evaluate(ctx context.Context, tx pgx.Tx, e *event) error {
-	autos, t, ok, err := s.consume(ctx, tx, e, false)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errLost
-	}
-	return s.fire(ctx, tx, e, autos, t)
-}
-
 // fire runs each of autos (the enabled automations of table t, which is
 // nil if it is gone) whose trigger the event fires, in tx, which has
 // consumed the event.
@@ -321,6 +359,9 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 		}
 		rows = append(rows, e.read...) // act writes the rows it updates into its slice
 	} else {
+		if err := e.flush(ctx, tx); err != nil {
+			return err
+		}
 		var err error
 		matchErr, err = guarded(ctx, tx, len(a.Condition) > 0, func(tx pgx.Tx) (err error) {
 			rows, err = grid.MatchRows(ctx, tx, e.realm, t, a.Condition, e.rows)
@@ -349,12 +390,15 @@ func (s *Service) run(ctx context.Context, tx pgx.Tx, e *event, t *grid.Table, a
 	n, actErr := 0, matchErr
 	if actErr == nil && !a.writes() {
 		// Webhooks only, which nothing refuses: the run and its deliveries
-		// are recorded in one round trip.
+		// are recorded with no round trip of their own, sent with the
+		// COMMIT (or the next automation's statements).
 		if n, err = s.act(ctx, tx, b, e, t, a, runID, rows); err != nil {
 			return err
 		}
 	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if actErr == nil && !a.writes() && n > 0 {
+		e.hold(b) // sent with the evaluation's next statements, or with its COMMIT
+	} else if err := e.send(ctx, tx, b); err != nil {
 		return err
 	}
 	if actErr == nil && a.writes() {

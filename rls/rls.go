@@ -6,7 +6,8 @@
 //
 // The setup never costs a round trip of its own: a single-statement read sends
 // it in one pgx batch with the query (a batch is one implicit transaction), and
-// an explicit transaction sends it with BEGIN.
+// an explicit transaction sends it with BEGIN, and BEGIN with the
+// transaction's first batch when its caller has one (TxBatch).
 //
 // The serving login role is not the schema's owner and cannot bypass RLS
 // (README, "PostgreSQL roles"); outside a tenant transaction it reads only
@@ -43,11 +44,10 @@ const (
 
 // DB runs realm-scoped work on a pool.
 type DB struct {
-	pool             *pgxpool.Pool
-	statementTimeout time.Duration
-	acquireTimeout   time.Duration
-	setup            string // the setup statement's SQL, with the role and statement_timeout baked in
-	lookupSetup      string // Lookup's setup: the keys and statement_timeout, no role
+	pool           *pgxpool.Pool
+	acquireTimeout time.Duration
+	setup          string // the setup statement's SQL, with the role and statement_timeout baked in
+	lookupSetup    string // Lookup's setup: the keys and statement_timeout, no role
 }
 
 // New returns a DB over pool. Zero durations take the defaults.
@@ -60,9 +60,8 @@ func New(pool *pgxpool.Pool, statementTimeout, acquireTimeout time.Duration) *DB
 	}
 	ms := strconv.FormatInt(statementTimeout.Milliseconds(), 10)
 	return &DB{
-		pool:             pool,
-		statementTimeout: statementTimeout,
-		acquireTimeout:   acquireTimeout,
+		pool:           pool,
+		acquireTimeout: acquireTimeout,
 		// set_config('role', …, true) is SET LOCAL ROLE (the same setting,
 		// with the same membership check), but as a function it rides in
 		// the one setup statement, and it does not draw the warning "SET
@@ -168,7 +167,19 @@ func (db *DB) batch(ctx context.Context, setup string, setupArgs []any, scan fun
 // Tx runs fn in a transaction as realm. BEGIN and the setup travel in one
 // round trip; fn's first statement is the next. The transaction commits when
 // fn returns nil and rolls back otherwise (and on panic).
-func (db *DB) Tx(ctx context.Context, realm uuid.UUID, fn func(pgx.Tx) error) (err error) {
+func (db *DB) Tx(ctx context.Context, realm uuid.UUID, fn func(pgx.Tx) error) error {
+	return db.TxBatch(ctx, realm, nil, func(tx pgx.Tx) (*pgx.Batch, error) { return nil, fn(tx) })
+}
+
+// TxBatch is Tx in fewer round trips: first, if not nil, travels with BEGIN
+// and the setup, and the batch fn returns, if not nil, with COMMIT, so a
+// transaction of two batches costs two round trips, not four; with fn nil,
+// COMMIT travels with first, and the transaction is one round trip.
+// first's callbacks have run when fn is called. The last batch's callbacks
+// run after the server has been sent COMMIT: they read results, and an
+// error one returns is returned although the transaction may have
+// committed.
+func (db *DB) TxBatch(ctx context.Context, realm uuid.UUID, first *pgx.Batch, fn func(pgx.Tx) (*pgx.Batch, error)) (err error) {
 	if realm == uuid.Nil {
 		return errors.New("rls: no realm")
 	}
@@ -178,28 +189,57 @@ func (db *DB) Tx(ctx context.Context, realm uuid.UUID, fn func(pgx.Tx) error) (e
 	}
 	defer conn.Release()
 
-	// A uuid's text form is hex and dashes only, so it is safe to inline: the
-	// simple protocol that lets BEGIN carry the setup takes no parameters.
-	begin := "BEGIN; SET LOCAL ROLE " + TenantRole + "; " +
-		"SELECT set_config('appdor.realm_id', '" + realm.String() + "', true), " +
-		"set_config('statement_timeout', '" + strconv.FormatInt(db.statementTimeout.Milliseconds(), 10) + "', true)"
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
-	if err != nil {
-		return Interpret(err)
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(db.setup, realm.String())
+	if first != nil {
+		b.QueuedQueries = append(b.QueuedQueries, first.QueuedQueries...)
 	}
+	var tag pgconn.CommandTag
+	commit := func(b *pgx.Batch) {
+		b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	}
+	if fn == nil {
+		commit(b)
+	}
+	br := conn.SendBatch(ctx, b)
+	tx := br.Tx()
 	defer func() {
 		if p := recover(); p != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			panic(p)
 		}
 		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+			_ = tx.Rollback(context.WithoutCancel(ctx)) // ErrTxClosed if BEGIN never ran
 		}
 	}()
-	if err = fn(tx); err != nil {
+	if err = br.Close(); err != nil {
 		return Interpret(err)
 	}
-	return Interpret(tx.Commit(ctx))
+	if fn == nil {
+		return committed(tag)
+	}
+	last, err := fn(tx)
+	if err != nil {
+		return Interpret(err)
+	}
+	if last == nil || last.Len() == 0 {
+		return Interpret(tx.Commit(ctx))
+	}
+	commit(last)
+	if err = tx.SendBatch(ctx, last).Close(); err != nil {
+		return Interpret(err)
+	}
+	return committed(tag)
+}
+
+// committed is nil if tag is a COMMIT's, and pgx.ErrTxCommitRollback if the
+// transaction rolled back instead.
+func committed(tag pgconn.CommandTag) error {
+	if tag.String() != "COMMIT" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
 }
 
 // Interpret turns driver errors into Appdor's coded errors, so no caller needs

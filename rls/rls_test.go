@@ -2,6 +2,8 @@ package rls_test
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,4 +164,96 @@ func TestTextPostgreSQLCannotStoreIsValidation(t *testing.T) {
 		require.Error(t, err, c.name)
 		require.Equal(t, appdor.EValidation, appdor.ErrorCode(err), "%s: %v", c.name, err)
 	}
+}
+
+// sends counts the statements and batches a connection sends: each is a
+// round trip.
+type sends struct{ n atomic.Int64 }
+
+func (s *sends) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+func (s *sends) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (s *sends) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+func (s *sends) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (s *sends) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func TestTxBatchSendsBeginWithTheFirstBatchAndCommitWithTheLast(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testenv.ServerURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	counter := &sends{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	db := rls.New(pool, 1500*time.Millisecond, 0)
+	ctx := t.Context()
+	var realm uuid.UUID
+	require.NoError(t, testenv.Pool(t).QueryRow(ctx, `INSERT INTO realms (name) VALUES ('txbatch') RETURNING id`).Scan(&realm))
+	apps := func() int {
+		var n int
+		require.NoError(t, db.Query(ctx, realm, func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(&n); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		}, `SELECT count(*) FROM apps WHERE realm_id = $1`, realm))
+		return n
+	}
+	tx := func(name string, last string) error {
+		first := &pgx.Batch{}
+		var got scoped
+		first.Queue(whoAmI).QueryRow(func(row pgx.Row) error { return row.Scan(&got.User, &got.Realm, &got.Timeout) })
+		first.Queue(`INSERT INTO apps (realm_id, name) VALUES ($1, $2)`, realm, name)
+		return db.TxBatch(ctx, realm, first, func(tx pgx.Tx) (*pgx.Batch, error) {
+			require.Equal(t, scoped{User: rls.TenantRole, Realm: realm.String(), Timeout: "1500ms"}, got,
+				"the setup ran before the first batch's statements")
+			b := &pgx.Batch{}
+			b.Queue(`INSERT INTO apps (realm_id, name) VALUES ($1, $2)`, realm, last)
+			return b, nil
+		})
+	}
+	require.NoError(t, pool.Ping(ctx)) // the connection, made
+	counter.n.Store(0)
+	require.NoError(t, tx("first", "last"))
+	require.Equal(t, int64(2), counter.n.Load(), "BEGIN with the first batch, COMMIT with the last: two round trips")
+	require.Equal(t, 2, apps())
+
+	// With no fn, the first batch is the whole transaction: one round trip.
+	counter.n.Store(0)
+	one := &pgx.Batch{}
+	one.Queue(`INSERT INTO apps (realm_id, name) VALUES ($1, 'one')`, realm)
+	require.NoError(t, db.TxBatch(ctx, realm, one, nil))
+	require.Equal(t, int64(1), counter.n.Load(), "BEGIN, the batch and COMMIT: one round trip")
+	require.Equal(t, 3, apps())
+
+	// A statement of the last batch that fails rolls back the first batch's
+	// work too; one of the first batch's, everything.
+	err = tx("kept?", strings.Repeat("x", 1000)) // apps.name is at most 200 characters
+	require.Equal(t, appdor.EValidation, appdor.ErrorCode(err), "%v", err)
+	err = db.TxBatch(ctx, realm, func() *pgx.Batch {
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO apps (realm_id, name) VALUES ($1, $2)`, realm, strings.Repeat("x", 1000))
+		return b
+	}(), func(pgx.Tx) (*pgx.Batch, error) { t.Fatal("fn ran after its first batch failed"); return nil, nil })
+	require.Equal(t, appdor.EValidation, appdor.ErrorCode(err), "%v", err)
+	one = &pgx.Batch{}
+	one.Queue(`INSERT INTO apps (realm_id, name) VALUES ($1, 'two')`, realm)
+	one.Queue(`INSERT INTO apps (realm_id, name) VALUES ($1, $2)`, realm, strings.Repeat("x", 1000))
+	err = db.TxBatch(ctx, realm, one, nil)
+	require.Equal(t, appdor.EValidation, appdor.ErrorCode(err), "%v", err)
+	require.Equal(t, 3, apps())
+
+	var after scoped
+	require.NoError(t, pool.QueryRow(ctx, whoAmI).Scan(&after.User, &after.Realm, &after.Timeout))
+	require.NotEqual(t, rls.TenantRole, after.User, "the role outlived the transaction")
+	require.Equal(t, "", after.Realm, "the realm outlived the transaction")
 }
