@@ -595,6 +595,47 @@ func TestEventCommittedWithoutWorkersIsDeliveredAfterRestart(t *testing.T) {
 	require.NotEmpty(t, got[0].header.Get("webhook-id"))
 }
 
+// TestAnEvaluationMadeAgainSendsTheSameWebhookID: the workers commit
+// asynchronously, so a PostgreSQL crash may lose an evaluation whose
+// webhook went out; its event, committed durably with the write, is then
+// evaluated again, and the webhook goes again under the id it had. The
+// crash is played by putting the event back as it was committed and
+// deleting what its evaluation wrote.
+func TestAnEvaluationMadeAgainSendsTheSameWebhookID(t *testing.T) {
+	t.Parallel()
+	db := isolate(t)
+	pool := db.pool
+	s := newSink(t, nil)
+	f := setup(t, db.app(t, func(c *automations.Config) { c.Workers = -1 }))
+	a := f.create(map[string]any{"name": "x", "trigger": map[string]any{"event": "row.created"}, "actions": []any{webhook(s.srv.URL)}})
+	f.insert(map[string]any{"name": "a"})
+	var event int64
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT id FROM automation_events WHERE realm_id = $1`, f.tenant.RealmID).Scan(&event))
+	_, err := pool.Exec(t.Context(), `CREATE TABLE lost_event AS SELECT * FROM automation_events WHERE id = $1`, event)
+	require.NoError(t, err)
+
+	f.app = db.app(t, nil)
+	first := s.await(t, 1)
+	f.awaitRun(a["id"].(string), "succeeded")
+
+	_, err = pool.Exec(t.Context(), `
+		WITH runs AS (DELETE FROM automation_runs WHERE realm_id = $1 AND event_id = $2 RETURNING id),
+		     deliveries AS (DELETE FROM webhook_deliveries WHERE realm_id = $1 AND run_id IN (SELECT id FROM runs))
+		INSERT INTO automation_events OVERRIDING SYSTEM VALUE SELECT * FROM lost_event`, f.tenant.RealmID, event)
+	require.NoError(t, err)
+	again := s.await(t, 2)
+	require.Equal(t, first[0].header.Get("webhook-id"), again[1].header.Get("webhook-id"), "the same message")
+	f.awaitRun(a["id"].(string), "succeeded")
+
+	conn, err := pgx.Connect(t.Context(), testenv.ServerURL(t))
+	require.NoError(t, err)
+	defer conn.Close(t.Context())
+	require.NoError(t, automations.WorkerConnection(t.Context(), conn))
+	var sync string
+	require.NoError(t, conn.QueryRow(t.Context(), `SHOW synchronous_commit`).Scan(&sync))
+	require.Equal(t, "off", sync, "the workers commit asynchronously")
+}
+
 func TestSSRFGuard(t *testing.T) {
 	t.Parallel()
 	// Loopback is not allowed here: the guard refuses the sink.

@@ -17,8 +17,17 @@ import (
 // (the dequeue must see every realm's queue to choose the next realm); the
 // API's connections never do, and see no queue row outside a realm's
 // transaction.
+//
+// It also commits asynchronously (synchronous_commit off): a worker's
+// COMMIT does not wait for the WAL to reach the disk, which under a write
+// storm is most of a quiet realm's evaluation. Nothing is lost by it. An
+// event is committed with its write, durably; what a worker commits is
+// derived from events and claims, so a PostgreSQL crash loses at most its
+// last fraction of a second of evaluations and claims, which are made
+// again. Their webhooks then go again with the same webhook-id (deliveryID),
+// which a receiver that keeps ids sees once.
 func WorkerConnection(ctx context.Context, conn *pgx.Conn) error {
-	_, err := conn.Exec(ctx, "SELECT set_config('appdor.queue', 'worker', false)")
+	_, err := conn.Exec(ctx, "SELECT set_config('appdor.queue', 'worker', false), set_config('synchronous_commit', 'off', false)")
 	return err
 }
 

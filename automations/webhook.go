@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -38,10 +40,18 @@ func newSecret() string {
 	return SecretPrefix + base64.StdEncoding.EncodeToString(b)
 }
 
-// newMessageID returns a delivery's webhook-id.
-func newMessageID() string {
-	id, _ := uuid.NewV7()
-	return "msg_" + hex.EncodeToString(id[:])
+// deliveryID returns the webhook-id of the delivery of an event by an
+// automation's webhook action: the same for the same three, so an
+// evaluation made again (its first one lost with a crash, see
+// WorkerConnection) sends its webhooks under the ids they had.
+func deliveryID(event int64, automation uuid.UUID, action string) string {
+	h := sha256.New()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(event))
+	h.Write(b[:])
+	h.Write(automation[:])
+	h.Write([]byte(action))
+	return "msg_" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // sender makes webhook requests: signed, bounded in time, never following a

@@ -564,7 +564,7 @@ func (s *Service) act(ctx context.Context, tx pgx.Tx, b *pgx.Batch, e *event, t 
 			}
 			// Recorded as claimed by this worker (its first attempt), which
 			// sends it as soon as the evaluation commits: no second claim.
-			d := delivery{realm: e.realm, id: newMessageID(), attempts: 1, url: ac.URL, payload: body,
+			d := delivery{realm: e.realm, id: deliveryID(e.id, a.ID, ac.ID), attempts: 1, url: ac.URL, payload: body,
 				queuedAt: e.createdAt, automation: a.ID, action: ac.ID, run: runID}
 			k := len(e.direct)
 			e.direct = append(e.direct, d)
