@@ -92,8 +92,10 @@ type tableWrite struct {
 	change grid.Change
 }
 
-// errLost: the event's lease ran out and another claim took it; this
-// evaluation must change nothing.
+// errLost: the event was not the evaluation's to consume, which then
+// changes nothing. A claimed event's lease ran out and another claim took
+// it; a handed one was claimed from the queue meanwhile, or is not
+// committed yet.
 var errLost = errors.New("the event was claimed again")
 
 // work is one worker: it evaluates events and delivers webhooks, one at a
@@ -151,16 +153,7 @@ func (s *Service) evaluateNext(ctx context.Context) bool {
 		return true
 	}
 	defer release()
-	b, c := s.consume(&e, false)
-	err = s.wdb.TxBatch(ctx, e.realm, b, func(tx pgx.Tx) (*pgx.Batch, error) {
-		if !c.ok {
-			return nil, errLost
-		}
-		if err := s.fire(ctx, tx, &e, c.autos, c.t); err != nil {
-			return nil, err
-		}
-		return e.last(), nil
-	})
+	err = s.evaluate(ctx, &e, false)
 	switch {
 	case errors.Is(err, errLost):
 	case err != nil && ctx.Err() != nil:
@@ -241,27 +234,18 @@ func (s *Service) evaluateHanded(ctx context.Context, h handed) {
 	}
 	defer release()
 	e := event{realm: h.realm, table: h.table, id: h.id, rows: h.rows}
-	b, c := s.consume(&e, true)
-	err = s.wdb.TxBatch(ctx, e.realm, b, func(tx pgx.Tx) (*pgx.Batch, error) {
-		if !c.ok {
-			return nil, nil
-		}
-		if err := s.fire(ctx, tx, &e, c.autos, c.t); err != nil {
-			return nil, err
-		}
-		return e.last(), nil
-	})
-	taken := c.ok
+	err = s.evaluate(ctx, &e, true)
 	switch {
 	case err != nil && ctx.Err() != nil:
-	case err != nil:
+	case err != nil && !errors.Is(err, errLost):
 		s.log.Warn("automations: evaluating a handed event failed; it is claimed again from the queue",
 			slog.String("realm", e.realm.String()), slog.Int64("event", e.id), slog.String("error", err.Error()))
 		fallthrough
-	case !taken:
-		// Not taken: claimed from the queue meanwhile, or recorded outside a
-		// grid write (an action's own write) and handed before its
-		// transaction commits; the queue has it once it does.
+	case err != nil:
+		// Failed, and left in the queue; or not taken (errLost): claimed
+		// from the queue meanwhile, or recorded outside a grid write (an
+		// action's own write) and handed before its transaction commits,
+		// and the queue has it once it does.
 		s.events.poke()
 		s.poke()
 	default:
@@ -308,6 +292,22 @@ func (s *Service) failEvent(ctx context.Context, e *event, cause error) {
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("automations: recording a failed event", slog.String("error", err.Error()))
 	}
+}
+
+// evaluate consumes e and runs each automation of its table that it fires,
+// in one transaction of its realm: consume's batch travels with BEGIN, and
+// what the automations held back (e.tail) with COMMIT.
+func (s *Service) evaluate(ctx context.Context, e *event, handed bool) error {
+	b, c := s.consume(e, handed)
+	return s.wdb.TxBatch(ctx, e.realm, b, func(tx pgx.Tx) (*pgx.Batch, error) {
+		if !c.ok {
+			return nil, errLost
+		}
+		if err := s.fire(ctx, tx, e, c.autos, c.t); err != nil {
+			return nil, err
+		}
+		return e.last(), nil
+	})
 }
 
 // fire runs each of autos (the enabled automations of table t, which is

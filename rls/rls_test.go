@@ -98,8 +98,15 @@ func TestTxRollsBackOnErrorAndPanic(t *testing.T) {
 			panic("boom")
 		})
 	})
+	require.Zero(t, countApps(t, db, realm))
+	require.NoError(t, pool.Ping(ctx), "the connection survived the panic")
+}
+
+// countApps counts realm's apps, as realm.
+func countApps(t *testing.T, db *rls.DB, realm uuid.UUID) int {
+	t.Helper()
 	var n int
-	require.NoError(t, db.Query(ctx, realm, func(rows pgx.Rows) error {
+	require.NoError(t, db.Query(t.Context(), realm, func(rows pgx.Rows) error {
 		for rows.Next() {
 			if err := rows.Scan(&n); err != nil {
 				return err
@@ -107,8 +114,7 @@ func TestTxRollsBackOnErrorAndPanic(t *testing.T) {
 		}
 		return rows.Err()
 	}, `SELECT count(*) FROM apps WHERE realm_id = $1`, realm))
-	require.Zero(t, n)
-	require.NoError(t, pool.Ping(ctx), "the connection survived the panic")
+	return n
 }
 
 func TestStatementTimeoutIsUnavailable(t *testing.T) {
@@ -196,18 +202,7 @@ func TestTxBatchSendsBeginWithTheFirstBatchAndCommitWithTheLast(t *testing.T) {
 	ctx := t.Context()
 	var realm uuid.UUID
 	require.NoError(t, testenv.Pool(t).QueryRow(ctx, `INSERT INTO realms (name) VALUES ('txbatch') RETURNING id`).Scan(&realm))
-	apps := func() int {
-		var n int
-		require.NoError(t, db.Query(ctx, realm, func(rows pgx.Rows) error {
-			for rows.Next() {
-				if err := rows.Scan(&n); err != nil {
-					return err
-				}
-			}
-			return rows.Err()
-		}, `SELECT count(*) FROM apps WHERE realm_id = $1`, realm))
-		return n
-	}
+	apps := func() int { return countApps(t, db, realm) }
 	tx := func(name string, last string) error {
 		first := &pgx.Batch{}
 		var got scoped
