@@ -132,7 +132,7 @@ const (
 	// three interleaved pairs of that storm at 6 and at 12: the quiet
 	// realm's read p99 in the storm 7.6, 7.2, 7.7 ms against 6.2, 6.4,
 	// 6.2 ms, its automations' 7, 7, 7 against 6, 6, 6 ms; S's import took
-	// 65-71 s against 127-134 s. The quiet realm's latency wins.
+	// 65-72 s against 127-134 s. The quiet realm's latency wins.
 	DefaultBackgroundRest = 12
 	// DefaultBackloggedRest is how many times as long as a backlogged unit
 	// held its seat the backlogged seats rest while a flow that is not
