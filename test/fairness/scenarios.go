@@ -44,9 +44,9 @@ type plan struct {
 	// (BenchmarkCSVImport100k), about 10 s of work; beside another realm it
 	// rests twelve times as long as it works (--fairness-background-rest),
 	// so at least 130 s, and more while the storm slows its own steps:
-	// 104-178 s measured in the import arm and the automation storm. Five
-	// minutes leaves a slow machine room without letting a starved import
-	// pass.
+	// 104-217 s measured in the import arm and the automation storm (the
+	// automation storm's, in full runs, 175-217 s). Five minutes leaves a
+	// slow machine room without letting a starved import pass.
 	ImportTimeout time.Duration
 	LoneClients   int
 	Lone          time.Duration
