@@ -636,6 +636,48 @@ func TestAnEvaluationMadeAgainSendsTheSameWebhookID(t *testing.T) {
 	require.Equal(t, "off", sync, "the workers commit asynchronously")
 }
 
+// TestAWorkerPlansForTheTableAsItIs: a statement a worker's connection
+// prepared while its table was nearly empty, and ran past the point where
+// PostgreSQL would settle on a generic plan, still finds one row by its key
+// through the index once the table has grown. A plain connection, the
+// control, keeps scanning the whole table.
+func TestAWorkerPlansForTheTableAsItIs(t *testing.T) {
+	t.Parallel()
+	plan := func(worker bool) string {
+		conn, err := pgx.Connect(t.Context(), testenv.ServerURL(t))
+		require.NoError(t, err)
+		defer conn.Close(t.Context())
+		if worker {
+			require.NoError(t, automations.WorkerConnection(t.Context(), conn))
+		}
+		_, err = conn.Exec(t.Context(), `CREATE TEMPORARY TABLE grows (k bigint PRIMARY KEY, v text NOT NULL);
+			INSERT INTO grows SELECT g, 'x' FROM generate_series(1, 3) g`)
+		require.NoError(t, err)
+		_, err = conn.Exec(t.Context(), `VACUUM grows`) // as a new installation's tables are after migrating
+		require.NoError(t, err)
+		_, err = conn.Prepare(t.Context(), "one", `SELECT v FROM grows WHERE k = $1`)
+		require.NoError(t, err)
+		for i := range 8 {
+			var v string
+			require.NoError(t, conn.QueryRow(t.Context(), "one", i%3+1).Scan(&v))
+		}
+		_, err = conn.Exec(t.Context(), `INSERT INTO grows SELECT g, repeat('x', 100) FROM generate_series(4, 20000) g`)
+		require.NoError(t, err)
+		var out []string
+		rows, err := conn.Query(t.Context(), `EXPLAIN (COSTS OFF) EXECUTE one(17)`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			out = append(out, line)
+		}
+		require.NoError(t, rows.Err())
+		return strings.Join(out, "\n")
+	}
+	require.Contains(t, plan(false), "Seq Scan on grows", "the control: a plain connection keeps the plan it settled on while the table was small")
+	require.Contains(t, plan(true), "Index Scan using grows_pkey", "a worker plans for 20,000 rows")
+}
+
 func TestSSRFGuard(t *testing.T) {
 	t.Parallel()
 	// Loopback is not allowed here: the guard refuses the sink.

@@ -26,8 +26,21 @@ import (
 // last fraction of a second of evaluations and claims, which are made
 // again. Their webhooks then go again with the same webhook-id (deliveryID),
 // which a receiver that keeps ids sees once.
+//
+// And it plans every statement for the tables as they are when it runs
+// (plan_cache_mode force_custom_plan). The workers' statements are
+// prepared once per connection, and PostgreSQL otherwise settles on one
+// generic plan after five executions. A new installation's queue and run
+// tables start empty, where a sequential scan is the cheapest plan; kept,
+// that plan scans every run and delivery ever recorded for each one it
+// finishes, and only an ANALYZE of the table replaces it: in the automation
+// storm, bringing a run's status up to date from its deliveries went from
+// 0.06 ms a call to 1.7 ms by the storm's end; planned anew it stays at
+// 0.05 ms. Planning costs tens of microseconds a statement, the same
+// however large the tables grow.
 func WorkerConnection(ctx context.Context, conn *pgx.Conn) error {
-	_, err := conn.Exec(ctx, "SELECT set_config('appdor.queue', 'worker', false), set_config('synchronous_commit', 'off', false)")
+	_, err := conn.Exec(ctx, `SELECT set_config('appdor.queue', 'worker', false), set_config('synchronous_commit', 'off', false),
+	                                 set_config('plan_cache_mode', 'force_custom_plan', false)`)
 	return err
 }
 
