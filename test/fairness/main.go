@@ -48,7 +48,7 @@
 // It computes its own verdict into test/fairness/results/latest.json (and a
 // timestamped copy), draws each arm's latency over time with the phases
 // marked, and exits non-zero when a gate does not hold. With -gate wiring
-// (make test) only the gates that do not depend on a quiet machine decide:
+// (make test-wiring) only the gates that do not depend on a quiet machine decide:
 // the controller is on the request path, the control run breaks the bound,
 // the agent is limited, the import completes whole, the lone realm is not
 // refused, bogus tokens cost no pool; the latency bounds are reported.
@@ -95,7 +95,7 @@ var (
 	workers = flag.Int("storm-workers", 0, "with -only storm: the storm realm's concurrent workers instead of 60 (with APPDOR_FAIRNESS=off and 1 or 2 workers, what a controller admitting that many storm reads at a time could at best give the victim; -only floor does this on a server of its own)")
 	keep    = flag.Bool("keep-database", false, "keep the run's database afterwards for inspection (its name is printed), instead of dropping it")
 	hold    = flag.Bool("hold-streams", false, "run as the live arm's stream holder (the harness starts it itself): open the event streams described on standard input, report on standard output, drain them until standard input closes")
-	mode    = flag.String("gate", "all", "all: every gate decides the run; wiring: only the gates that show the controller on the request path and the harness able to tell a missing one decide, the latency bounds are reported (make test, on shared CI machines)")
+	mode    = flag.String("gate", "all", "all: every gate decides the run; wiring: only the gates that show the controller on the request path and the harness able to tell a missing one decide, the latency bounds are reported (make test-wiring, for a machine too busy to hold them)")
 )
 
 func main() {
