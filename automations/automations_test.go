@@ -663,15 +663,9 @@ func TestAWorkerPlansForTheTableAsItIs(t *testing.T) {
 		}
 		_, err = conn.Exec(t.Context(), `INSERT INTO grows SELECT g, repeat('x', 100) FROM generate_series(4, 20000) g`)
 		require.NoError(t, err)
-		var out []string
-		rows, err := conn.Query(t.Context(), `EXPLAIN (COSTS OFF) EXECUTE one(17)`)
+		rows, _ := conn.Query(t.Context(), `EXPLAIN (COSTS OFF) EXECUTE one(17)`)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
-		for rows.Next() {
-			var line string
-			require.NoError(t, rows.Scan(&line))
-			out = append(out, line)
-		}
-		require.NoError(t, rows.Err())
 		return strings.Join(out, "\n")
 	}
 	require.Contains(t, plan(false), "Seq Scan on grows", "the control: a plain connection keeps the plan it settled on while the table was small")

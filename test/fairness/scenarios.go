@@ -42,11 +42,11 @@ type plan struct {
 	// ImportTimeout bounds each 100,000-row import beside another realm's
 	// work. Alone, an import writes 10,000-12,000 rows a second
 	// (BenchmarkCSVImport100k), about 10 s of work; beside another realm it
-	// rests twelve times as long as it works (--fairness-background-rest),
-	// so at least 130 s, and more while the storm slows its own steps:
-	// 104-217 s measured in the import arm and the automation storm (the
-	// automation storm's, in full runs, 175-217 s). Five minutes leaves a
-	// slow machine room without letting a starved import pass.
+	// rests twelve times as long as it works (--fairness-background-rest)
+	// while another realm is active, and more while the storm slows its
+	// own steps: 89-217 s measured in the import arm and the automation
+	// storm (the automation storm's, in full runs, 99-217 s). Five minutes
+	// leaves a slow machine room without letting a starved import pass.
 	ImportTimeout time.Duration
 	LoneClients   int
 	Lone          time.Duration
